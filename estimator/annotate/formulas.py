@@ -1,0 +1,308 @@
+"""Cost formulas for ATen ops, registered into `registry.REGISTRY`.
+
+FLOP counts for matmul, convolution and attention are torch's own
+(`torch.utils.flop_counter.flop_registry`), so they agree with `FlopCounterMode`; this
+module adds the traffic, the implicit GEMM shape and the categories torch does not give,
+and formulas for everything torch does not count (elementwise, reductions, norms, pooling,
+embeddings, copies, foreach optimizer ops, RNN layers). A multiply-add counts 2 FLOPs.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import flop_registry
+
+from .registry import (
+    Cost, OpCall, by_category, generic_cost, iter_ops, mark_free, register_cost, tensors,
+    unique_bytes,
+)
+
+aten = torch.ops.aten
+
+
+def _shape(t: Any) -> tuple[int, ...]:
+    return tuple(t.shape) if isinstance(t, torch.Tensor) else ()
+
+
+def torch_flops(call: OpCall, packet: Any = None) -> float:
+    """FLOPs by torch's own formula for `packet` (defaults to the call's op)."""
+    fn = flop_registry[packet or call.func.overloadpacket]
+    return float(fn(*call.args, **call.kwargs, out_val=call.out))
+
+
+# ---------------------------------------------------------------- matmul
+
+def _with_gemm(call: OpCall, category: str, flops: float, mnk: tuple[int, int, int], batch: int = 1,
+               kernels: int = 1) -> Cost:
+    base = generic_cost(call, category=category, flops=flops, kernels=kernels)
+    return Cost(base.flops, base.bytes_read, base.bytes_written, category,
+                gemm_mnk=tuple(int(v) for v in mnk), gemm_batch=int(batch), kernels=kernels)
+
+
+@register_cost(aten.mm)
+def _mm(call: OpCall) -> Cost:
+    (m, k), (_, n) = _shape(call.args[0]), _shape(call.args[1])
+    return _with_gemm(call, "matmul", torch_flops(call), (m, n, k))
+
+
+@register_cost(aten.addmm)
+def _addmm(call: OpCall) -> Cost:
+    (m, k), (_, n) = _shape(call.args[1]), _shape(call.args[2])
+    return _with_gemm(call, "matmul", torch_flops(call), (m, n, k))
+
+
+@register_cost(aten.bmm)
+def _bmm(call: OpCall) -> Cost:
+    (b, m, k), (_, _, n) = _shape(call.args[0]), _shape(call.args[1])
+    return _with_gemm(call, "matmul", torch_flops(call), (m, n, k), b)
+
+
+@register_cost(aten.baddbmm)
+def _baddbmm(call: OpCall) -> Cost:
+    (b, m, k), (_, _, n) = _shape(call.args[1]), _shape(call.args[2])
+    return _with_gemm(call, "matmul", torch_flops(call), (m, n, k), b)
+
+
+@register_cost(*iter_ops(["_scaled_mm"]))
+def _scaled_mm(call: OpCall) -> Cost:
+    (m, k), (_, n) = _shape(call.args[0]), _shape(call.args[1])
+    return _with_gemm(call, "matmul", torch_flops(call), (m, n, k))
+
+
+# ---------------------------------------------------------------- convolution
+
+def _conv_gemm(x: tuple, w: tuple, y: tuple, groups: int, transposed: bool) -> tuple[tuple, int]:
+    """Implicit-GEMM shape of a forward convolution: M = N*spatial_out, N = Cout/g, K = Cin/g*kernel."""
+    if transposed:  # a transposed conv is the data-gradient of a normal one
+        x, y = y, x
+    n = x[0] if x else 1
+    kernel = math.prod(w[2:]) if len(w) > 2 else 1
+    cout = w[0] if not transposed else w[1] * groups
+    cin_g = w[1] if not transposed else w[0] // max(groups, 1)
+    spatial_out = math.prod(y[2:]) if len(y) > 2 else 1
+    return (n * spatial_out, cout // max(groups, 1), cin_g * kernel), groups
+
+
+@register_cost(aten.convolution, aten._convolution, *iter_ops(["cudnn_convolution", "convolution_overrideable"]))
+def _convolution(call: OpCall) -> Cost:
+    x, w = call.args[0], call.args[1]
+    transposed = bool(call.args[6]) if len(call.args) > 6 and isinstance(call.args[6], bool) else False
+    groups = int(call.args[-1]) if isinstance(call.args[-1], int) else 1
+    if call.func.overloadpacket is aten._convolution:
+        groups = int(call.args[8])
+    mnk, g = _conv_gemm(_shape(x), _shape(w), _shape(tensors(call.out)[0]), groups, transposed)
+    return _with_gemm(call, "conv", torch_flops(call), mnk, g)
+
+
+@register_cost(aten.convolution_backward)
+def _convolution_backward(call: OpCall) -> Cost:
+    grad_out, x, w = call.args[0], call.args[1], call.args[2]
+    transposed, groups = bool(call.args[6]), int(call.args[9])
+    mask = call.args[10]
+    mnk, g = _conv_gemm(_shape(x), _shape(w), _shape(grad_out), groups, transposed)
+    # Data gradient: M = N*spatial_in, N = Cin/g, K = Cout/g*kernel. Use it as the representative GEMM.
+    m_in = (_shape(x)[0] * math.prod(_shape(x)[2:])) if len(_shape(x)) > 2 else mnk[0]
+    dgrad = (m_in, mnk[2] // max(math.prod(_shape(w)[2:]), 1), mnk[1] * math.prod(_shape(w)[2:]))
+    kernels = max(1, sum(bool(v) for v in mask))
+    return _with_gemm(call, "conv", torch_flops(call), dgrad if mask[0] else mnk, g, kernels)
+
+
+# ---------------------------------------------------------------- attention
+
+ATTENTION_FORWARD = [
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention", "_flash_attention_forward", "_efficient_attention_forward",
+]
+ATTENTION_BACKWARD = [name + "_backward" for name in ATTENTION_FORWARD[:3]] + [
+    "_flash_attention_backward", "_efficient_attention_backward"]
+# CPU-only kernels carry the formula of the CUDA kernel they stand in for (see capture.normalize).
+CPU_ATTENTION = {
+    "_scaled_dot_product_flash_attention_for_cpu": aten._scaled_dot_product_flash_attention,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": aten._scaled_dot_product_flash_attention_backward,
+}
+
+
+def _attention(call: OpCall, packet: Any, backward: bool) -> Cost:
+    q, k = call.args[1 if backward else 0], call.args[2 if backward else 1]
+    *lead, s_q, d = _shape(q)
+    s_k = _shape(k)[-2]
+    # Flash-style kernels keep the S x S scores on chip: traffic is the operands, not S^2.
+    return _with_gemm(call, "attention", torch_flops(call, packet), (s_q, s_k, d), math.prod(lead),
+                      kernels=3 if backward else 1)
+
+
+for _name in ATTENTION_FORWARD + ATTENTION_BACKWARD:
+    for _op in iter_ops([_name]):
+        register_cost(_op)(lambda call, _p=_op, _b=_name.endswith("backward"): _attention(call, _p, _b))
+for _name, _cuda in CPU_ATTENTION.items():
+    for _op in iter_ops([_name]):
+        register_cost(_op)(lambda call, _p=_cuda, _b=_name.endswith("backward"): _attention(call, _p, _b))
+
+
+# ---------------------------------------------------------------- recurrent layers
+
+RNN_GATES = {0: 1, 1: 1, 2: 4, 3: 3}  # mkldnn/cudnn mode: RNN_RELU, RNN_TANH, LSTM, GRU
+
+
+@register_cost(*iter_ops(["mkldnn_rnn_layer"]))
+def _rnn_layer(call: OpCall) -> Cost:
+    x, w_ih = call.args[0], call.args[1]
+    mode = int(call.args[9])
+    hidden = int(call.args[10])
+    batch_first = bool(call.args[14])
+    shape = _shape(x)
+    steps, batch = (shape[1], shape[0]) if batch_first else (shape[0], shape[1])
+    gates = RNN_GATES.get(mode, 4)
+    in_size = _shape(w_ih)[1]
+    flops = 2.0 * steps * batch * gates * hidden * (in_size + hidden) + 8.0 * steps * batch * gates * hidden
+    return _with_gemm(call, "rnn", flops, (batch, gates * hidden, in_size + hidden), steps, kernels=steps + 1)
+
+
+@register_cost(*iter_ops(["mkldnn_rnn_layer_backward"]))
+def _rnn_layer_backward(call: OpCall) -> Cost:
+    x, w_ih = call.args[0], call.args[1]
+    out = tensors(call.out)
+    hidden = _shape(call.args[5])[-1] if len(call.args) > 5 else _shape(w_ih)[0] // 4
+    shape = _shape(x)
+    steps_batch = shape[0] * shape[1]
+    gates = max(1, _shape(w_ih)[0] // max(hidden, 1))
+    in_size = _shape(w_ih)[1]
+    flops = 4.0 * steps_batch * gates * hidden * (in_size + hidden) + 8.0 * steps_batch * gates * hidden
+    base = generic_cost(call, category="rnn", flops=flops)
+    return Cost(base.flops, base.bytes_read, unique_bytes(out), "rnn",
+                gemm_mnk=(shape[1], gates * hidden, in_size + hidden), gemm_batch=shape[0], kernels=2 * shape[0] + 2)
+
+
+# ---------------------------------------------------------------- normalisation
+
+for _names, _flops_in in [
+    (["native_layer_norm", "native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update",
+      "cudnn_batch_norm", "miopen_batch_norm", "native_group_norm", "_fused_rms_norm",
+      "_native_batch_norm_legit_no_training", "_batch_norm_no_update", "instance_norm"], 5.0),
+    (["native_layer_norm_backward", "native_batch_norm_backward", "batch_norm_backward",
+      "cudnn_batch_norm_backward", "native_group_norm_backward", "_fused_rms_norm_backward"], 8.0),
+]:
+    register_cost(*iter_ops(_names))(by_category("norm", flops_per_input=_flops_in))
+
+
+# ---------------------------------------------------------------- softmax and reductions
+
+register_cost(*iter_ops(["_softmax", "_log_softmax", "_safe_softmax"]))(by_category("reduction", flops_per_input=5.0))
+register_cost(*iter_ops(["_softmax_backward_data", "_log_softmax_backward_data"]))(
+    by_category("reduction", flops_per_input=3.0))
+register_cost(*iter_ops([
+    "sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "prod", "all", "any", "norm",
+    "linalg_vector_norm", "logsumexp", "cumsum", "cumprod", "var", "std", "var_mean", "std_mean",
+    "nansum", "count_nonzero", "aminmax", "topk", "sort", "nll_loss_forward", "nll_loss2d_forward",
+    "nll_loss_backward", "nll_loss2d_backward", "mse_loss", "mse_loss_backward", "smooth_l1_loss",
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "huber_loss", "kl_div",
+    "_cdist_forward", "dist", "trace", "median", "kthvalue", "mode",
+]))(by_category("reduction", flops_per_input=1.0))
+
+
+# ---------------------------------------------------------------- pooling and resampling
+
+def _pool(backward: bool):
+    def formula(call: OpCall) -> Cost:
+        kernel = call.args[2 if backward else 1] if len(call.args) > (2 if backward else 1) else [1]
+        window = math.prod(kernel) if isinstance(kernel, (list, tuple)) and kernel else 1
+        big = max((t.numel() for t in call.inputs), default=0)
+        return generic_cost(call, category="pool", flops=float(window * sum(t.numel() for t in call.outputs)
+                                                                if not backward else big * window))
+    return formula
+
+
+register_cost(*iter_ops(["max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d", "avg_pool3d",
+                         "max_pool1d", "avg_pool1d", "max_pool2d"]))(_pool(False))
+register_cost(*iter_ops(["max_pool2d_with_indices_backward", "max_pool3d_with_indices_backward",
+                         "avg_pool2d_backward", "avg_pool3d_backward"]))(_pool(True))
+register_cost(*iter_ops([
+    "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_max_pool2d", "adaptive_max_pool3d",
+    "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward", "adaptive_max_pool2d_backward",
+]))(by_category("pool", flops_per_input=1.0))
+register_cost(*iter_ops([
+    "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_bilinear2d",
+    "upsample_bicubic2d", "upsample_linear1d", "upsample_trilinear3d", "_upsample_nearest_exact2d",
+    "upsample_nearest2d_backward", "upsample_bilinear2d_backward", "_upsample_bilinear2d_aa",
+    "grid_sampler_2d", "grid_sampler_2d_backward", "im2col", "col2im",
+]))(by_category("pool", flops_per_output=4.0))
+
+
+# ---------------------------------------------------------------- embeddings, gathers, copies
+
+register_cost(*iter_ops(["embedding", "_embedding_bag", "embedding_bag", "_embedding_bag_forward_only"]))(
+    by_category("embedding"))
+
+
+@register_cost(*iter_ops(["embedding_dense_backward", "_embedding_bag_backward", "_embedding_bag_dense_backward"]))
+def _embedding_backward(call: OpCall) -> Cost:
+    grad = call.args[0]
+    # Scatter-add of every gradient row into the weight gradient, which is zeroed first.
+    return generic_cost(call, category="embedding", flops=float(grad.numel()), kernels=2)
+
+
+register_cost(*iter_ops([
+    "_to_copy", "copy_", "clone", "cat", "stack", "index_select", "gather", "scatter", "scatter_add",
+    "scatter_reduce", "index", "_unsafe_index", "index_put", "index_put_", "_index_put_impl_",
+    "index_add", "index_copy", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
+    "constant_pad_nd", "reflection_pad2d", "replication_pad2d", "reflection_pad1d", "fill", "fill_",
+    "zero_", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones",
+    "new_full", "arange", "repeat", "roll", "flip", "masked_scatter", "masked_select", "_unsafe_view_copy",
+    "select_backward", "slice_backward", "index_select_backward", "unfold_backward", "narrow_copy",
+    "tril_indices", "triu_indices", "_reshape_copy", "expand_copy", "permute_copy", "view_copy",
+    "embedding_renorm_", "eye", "linspace", "scalar_tensor", "_unsafe_masked_index",
+    "_unsafe_masked_index_put_accumulate", "nonzero", "unique_dim", "_unique2", "lift_fresh_copy",
+    "randperm", "searchsorted", "bucketize", "one_hot", "_pin_memory", "resize_", "_foreach_copy_",
+]))(by_category("copy"))
+
+register_cost(*iter_ops([
+    "native_dropout", "native_dropout_backward", "bernoulli", "bernoulli_", "rand_like", "randn_like",
+    "rand", "randn", "randint", "randint_like", "normal_", "uniform_", "exponential_", "random_",
+    "normal", "multinomial", "tril", "triu", "_masked_softmax", "_assert_async",
+]))(by_category("elementwise", flops_per_output=1.0))
+
+
+# ---------------------------------------------------------------- foreach optimizer ops
+
+# Elements one foreach kernel launch covers per tensor list depth (ATen's MultiTensorApply limits).
+FOREACH_TENSORS_PER_LAUNCH = {1: 110, 2: 64, 3: 48, 4: 36, 5: 30}
+
+
+def _foreach(flops_per_element: float):
+    def formula(call: OpCall) -> Cost:
+        lists = [a for a in call.args if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
+        n_tensors = len(lists[0]) if lists else 1
+        depth = len(lists) + (0 if tensors(call.out) == [] else 1)
+        per_launch = FOREACH_TENSORS_PER_LAUNCH.get(min(max(depth, 1), 5), 30)
+        elements = sum(t.numel() for t in (lists[0] if lists else call.inputs))
+        return generic_cost(call, category="optimizer", flops=flops_per_element * elements,
+                            kernels=max(1, math.ceil(n_tensors / per_launch)))
+    return formula
+
+
+_FOREACH_FLOPS = {
+    "add": 1, "sub": 1, "mul": 1, "div": 1, "addcmul": 2, "addcdiv": 2, "lerp": 2, "sqrt": 1,
+    "maximum": 1, "minimum": 1, "neg": 1, "abs": 1, "exp": 1, "sign": 1, "reciprocal": 1, "pow": 1,
+    "clamp_max": 1, "clamp_min": 1, "norm": 2, "zero": 0, "copy": 0, "rsqrt": 1,
+}
+for _base, _fl in _FOREACH_FLOPS.items():
+    register_cost(*iter_ops([f"_foreach_{_base}", f"_foreach_{_base}_"]))(_foreach(float(_fl)))
+register_cost(*iter_ops(["_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_fused_adagrad_"]))(_foreach(12.0))
+
+
+# ---------------------------------------------------------------- host-only and metadata-only ops
+
+@register_cost(*iter_ops(["_local_scalar_dense", "item", "is_nonzero", "equal"]))
+def _host_read(call: OpCall) -> Cost:
+    return Cost(0.0, unique_bytes(call.inputs), 0.0, "copy", kernels=0, host_only=True)
+
+
+mark_free(*iter_ops([
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "detach_",
+    "lift_fresh", "alias", "_unsafe_view", "_reshape_alias", "set_", "resolve_conj", "resolve_neg",
+    "_conj", "_neg_view", "conj", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
+    "_assert_tensor_metadata", "_functional_assert_async", "record_stream", "_nested_tensor_size",
+    "as_strided", "unsqueeze_", "squeeze_", "t_", "transpose_", "as_strided_",
+]))

@@ -1,0 +1,213 @@
+"""One registry of per-ATen-op cost formulas.
+
+Formulas are registered with the `register_cost` decorator, keyed by ATen overload packet
+(`aten.mm`) or by a single overload (`aten.add.Tensor`), in the spirit of
+`torch.utils.flop_counter.register_flop_formula`. A formula receives the op's real (fake)
+arguments and outputs and returns a `Cost`. Ops without a formula fall back to
+`generic_cost`, which prices their tensor traffic and says they are unsupported.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+CATEGORIES = (
+    "matmul", "conv", "attention", "rnn", "elementwise", "reduction", "norm", "pool",
+    "embedding", "copy", "optimizer", "view", "other",
+)
+# Categories whose FLOPs run on tensor cores (their peak depends on the math mode).
+TENSOR_CORE_CATEGORIES = frozenset({"matmul", "conv", "attention", "rnn"})
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one ATen op costs on the device.
+
+    flops: floating-point operations (a multiply-add is 2).
+    bytes_read / bytes_written: DRAM traffic assuming each tensor is touched once.
+    gemm_mnk: the implicit GEMM (M, N, K) for matmul-like ops, (0, 0, 0) otherwise.
+    gemm_batch: independent GEMMs of that shape (batch / groups).
+    kernels: CUDA kernels the op launches.
+    """
+
+    flops: float
+    bytes_read: float
+    bytes_written: float
+    category: str
+    gemm_mnk: tuple[int, int, int] = (0, 0, 0)
+    gemm_batch: int = 1
+    kernels: int = 1
+    supported: bool = True
+    host_only: bool = False
+
+    def __post_init__(self) -> None:
+        if self.category not in CATEGORIES:
+            raise ValueError(f"unknown cost category {self.category!r}; accepted: {CATEGORIES}")
+
+
+@dataclass(frozen=True)
+class OpCall:
+    """One dispatched ATen op with its (fake) arguments and result."""
+
+    func: Any
+    args: tuple
+    kwargs: dict
+    out: Any
+
+    @property
+    def inputs(self) -> list[torch.Tensor]:
+        return tensors((self.args, self.kwargs))
+
+    @property
+    def outputs(self) -> list[torch.Tensor]:
+        """Returned tensors, or the tensors written in place when the op returns nothing."""
+        outs = tensors(self.out)
+        return outs if outs else mutated_args(self.func, self.args, self.kwargs)
+
+
+Formula = Callable[[OpCall], Cost]
+
+
+@dataclass
+class CostRegistry:
+    """Maps ATen ops to cost formulas; overload-specific entries win over packet entries."""
+
+    by_overload: dict[Any, Formula] = field(default_factory=dict)
+    by_packet: dict[Any, Formula] = field(default_factory=dict)
+
+    def register(self, *ops: Any) -> Callable[[Formula], Formula]:
+        def decorate(fn: Formula) -> Formula:
+            for op in ops:
+                table = self.by_overload if isinstance(op, torch._ops.OpOverload) else self.by_packet
+                table[op] = fn
+            return fn
+        return decorate
+
+    def lookup(self, func: torch._ops.OpOverload) -> Formula | None:
+        fn = self.by_overload.get(func) or self.by_packet.get(func.overloadpacket)
+        if fn is not None:
+            return fn
+        # Tags let ops this registry has never seen still be priced by their kind.
+        if torch.Tag.pointwise in func.tags:
+            return pointwise_cost
+        if torch.Tag.reduction in func.tags:
+            return REDUCTION_BY_TAG
+        return None
+
+    def known_ops(self) -> list[str]:
+        return sorted({str(k) for k in self.by_overload} | {str(k) for k in self.by_packet})
+
+    def cost(self, call: OpCall) -> Cost:
+        """Price one op call; unknown ops are priced by their tensor bytes and marked unsupported."""
+        if is_free(call.func):
+            return Cost(0.0, 0.0, 0.0, "view", kernels=0)
+        fn = self.lookup(call.func)
+        if fn is None:
+            return generic_cost(call, category="other", supported=False)
+        return fn(call)
+
+
+REGISTRY = CostRegistry()
+register_cost = REGISTRY.register
+
+
+# ---------------------------------------------------------------- tensor helpers
+
+def tensors(tree: Any) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+def tensor_bytes(t: torch.Tensor) -> float:
+    """Bytes a kernel must move for `t`: its elements, but no more than its storage (expanded views)."""
+    logical = t.numel() * t.element_size()
+    try:
+        storage = t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return float(logical)
+    return float(min(logical, storage)) if storage > 0 else float(logical)
+
+
+def unique_bytes(ts: Iterable[torch.Tensor]) -> float:
+    """Bytes of tensors, counting each storage once (the same tensor passed twice is read once)."""
+    seen: set[int] = set()
+    total = 0.0
+    for t in ts:
+        key = storage_key(t)
+        if key in seen:
+            continue
+        seen.add(key)
+        total += tensor_bytes(t)
+    return total
+
+
+def storage_key(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):
+        return id(t)
+
+
+def numel(tree: Any) -> int:
+    return sum(t.numel() for t in tensors(tree))
+
+
+def mutated_args(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """Tensors the op writes in place, read off its schema (`Tensor(a!)`)."""
+    out: list[torch.Tensor] = []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+        out.extend(tensors(value))
+    return out
+
+
+def is_free(func: torch._ops.OpOverload) -> bool:
+    """Metadata-only ops launch no kernel: views, aliases, allocations without init."""
+    return func.is_view or func in FREE_OPS or func.overloadpacket in FREE_OPS
+
+
+FREE_OPS: set[Any] = set()
+
+
+def mark_free(*ops: Any) -> None:
+    FREE_OPS.update(ops)
+
+
+# ---------------------------------------------------------------- generic formulas
+
+def generic_cost(call: "OpCall", *, category: str, flops: float = 0.0, supported: bool = True,
+                 kernels: int = 1) -> Cost:
+    """Traffic of every input read once and every output (or in-place target) written once."""
+    return Cost(float(flops), unique_bytes(call.inputs), unique_bytes(call.outputs), category,
+                supported=supported, kernels=kernels)
+
+
+def pointwise_cost(call: "OpCall", flops_per_element: float = 1.0) -> Cost:
+    n = sum(t.numel() for t in call.outputs)
+    return generic_cost(call, category="elementwise", flops=flops_per_element * n)
+
+
+def by_category(category: str, flops_per_output: float = 0.0, flops_per_input: float = 0.0,
+                kernels: int = 1) -> "Formula":
+    """A formula whose FLOPs scale with the elements of the outputs and/or of the first input."""
+    def formula(call: "OpCall") -> Cost:
+        n_in = sum(t.numel() for t in tensors(call.args[:1]))
+        n_out = sum(t.numel() for t in call.outputs)
+        return generic_cost(call, category=category,
+                            flops=flops_per_output * n_out + flops_per_input * n_in, kernels=kernels)
+    return formula
+
+
+def iter_ops(names: Iterable[str]) -> Iterator[Any]:
+    """ATen overload packets by name, skipping those this torch version lacks."""
+    for name in names:
+        op = getattr(torch.ops.aten, name, None)
+        if op is not None:
+            yield op
+
+
+REDUCTION_BY_TAG = by_category("reduction", flops_per_input=1.0)

@@ -1,0 +1,180 @@
+"""Record every ATen op a model dispatches, with its cost, module and data dependencies.
+
+This is the same machinery `make_fx` is built on (a `TorchDispatchMode` under fake tensors),
+used directly because we need two things make_fx does not give us across torch 2.11-2.14:
+the module each *backward* op differentiates (from `torch.utils.module_tracker`) and the
+optimizer step as it really runs (foreach ops), all in one pass with no weights materialised.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.module_tracker import ModuleTracker
+
+from ..annotate import formulas as _formulas  # noqa: F401  (registers the cost formulas)
+from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
+from ..annotate.registry import REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, storage_key, tensors
+from .normalize import cuda_op_name
+
+# Dispatcher namespaces that carry no device work (device queries, profiler markers).
+IGNORED_NAMESPACES = frozenset({"prim", "profiler"})
+# Modules that cuDNN runs as one library call on CUDA: their ops become one node.
+FUSED_MODULES: dict[type, tuple[str, str]] = {
+    torch.nn.RNNBase: ("aten._cudnn_rnn.default", "aten._cudnn_rnn_backward.default"),
+}
+
+
+MAX_SHAPES_LISTED = 8
+
+
+def _shapes(ts: list[torch.Tensor]) -> str:
+    """'8x3x224x224;64x3x7x7'; long tensor lists (foreach ops) are cut after a few."""
+    listed = ";".join("x".join(str(d) for d in t.shape) or "scalar" for t in ts[:MAX_SHAPES_LISTED])
+    return listed + (f";...({len(ts)} tensors)" if len(ts) > MAX_SHAPES_LISTED else "")
+
+
+def _compute_dtype(call: OpCall) -> torch.dtype | None:
+    for t in call.inputs:
+        if t.dtype.is_floating_point and t.dim() > 0:
+            return t.dtype
+    outs = call.outputs
+    return outs[0].dtype if outs else None
+
+
+@dataclass
+class RecordedNode:
+    """Attributes of one graph node; every value is a scalar or string (GraphML-safe)."""
+
+    attrs: dict[str, Any]
+    inputs: list[int] = field(default_factory=list)
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records ops into `nodes`; `phase` is set by the driver around forward/loss/backward/step."""
+
+    def __init__(self, tracker: ModuleTracker, modules_by_name: dict[str, torch.nn.Module],
+                 root_name: str, tf32: TF32Policy) -> None:
+        super().__init__()
+        self.tracker = tracker
+        self.modules_by_name = modules_by_name
+        self.root_prefix = root_name + "."
+        self.tf32 = tf32
+        self.phase = "forward"
+        self.nodes: list[RecordedNode] = []
+        self.sdpa_backends: set[str] = set()
+        self._writer: dict[int, int] = {}
+        # Storages (not tensors) are kept alive so their keys are never reused: holding the tensors
+        # themselves would raise their refcounts and make autograd clone gradients it would steal.
+        self._alive: list[Any] = []
+        self._fused_key: tuple | None = None
+
+    # ------------------------------------------------------------------ dispatch
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func.namespace not in IGNORED_NAMESPACES:
+            self._record(OpCall(func, args, kwargs, out))
+        return out
+
+    # ------------------------------------------------------------------ helpers
+    def current_module(self) -> str:
+        parents = [p for p in self.tracker.parents if p != "Global"]
+        if not parents:
+            return ""
+        deepest = max(parents, key=lambda p: p.count("."))
+        return deepest[len(self.root_prefix):] if deepest.startswith(self.root_prefix) else ""
+
+    def _fused_op(self, module: str) -> str | None:
+        """The library call a fused module runs as, if `module` lies inside one."""
+        parts = module.split(".") if module else []
+        for depth in range(len(parts), 0, -1):
+            mod = self.modules_by_name.get(".".join(parts[:depth]))
+            for cls, (fwd, bwd) in FUSED_MODULES.items():
+                if isinstance(mod, cls):
+                    self._fused_scope = ".".join(parts[:depth])
+                    return bwd if self.phase == "backward" else fwd
+        return None
+
+    def _record(self, call: OpCall) -> None:
+        cost: Cost = REGISTRY.cost(call)
+        module = self.current_module()
+        op, backend = cuda_op_name(call.func, call.args, call.kwargs)
+        if backend:
+            self.sdpa_backends.add(backend)
+        inputs, outputs = call.inputs, call.outputs
+        producers = sorted({self._writer[k] for k in map(storage_key, inputs) if k in self._writer})
+        fused = self._fused_op(module) if cost.category != "view" else None
+        if fused is not None:
+            key = (self._fused_scope, self.phase)
+            if self._fused_key == key and self.nodes:
+                self._merge(len(self.nodes) - 1, cost, producers, outputs)
+                return
+            self._fused_key = key
+            module = self._fused_scope
+        else:
+            self._fused_key = None
+        dtype = _compute_dtype(call)
+        category = "rnn" if fused else cost.category
+        attrs = {
+            "op": fused or op,
+            "cpu_op": str(call.func),
+            "category": category,
+            "phase": self.phase,
+            "module": module,
+            "input_shapes": _shapes(inputs),
+            "output_shapes": _shapes(outputs),
+            "dtype": dtype_name(dtype),
+            "math_mode": math_mode(category, dtype, self.tf32),
+            "flops": float(cost.flops),
+            "bytes_read": float(cost.bytes_read),
+            "bytes_written": float(cost.bytes_written),
+            "gemm_m": cost.gemm_mnk[0], "gemm_n": cost.gemm_mnk[1], "gemm_k": cost.gemm_mnk[2],
+            "gemm_batch": cost.gemm_batch,
+            "kernels": cost.kernels if not fused else (cost.kernels if category in TENSOR_CORE_CATEGORIES
+                                                       or cost.category in TENSOR_CORE_CATEGORIES else 0) + 1,
+            "supported": bool(cost.supported),
+            "free": cost.category == "view",
+            "host_only": bool(cost.host_only),
+            "fused_ops": 1,
+        }
+        self.nodes.append(RecordedNode(attrs, producers))
+        index = len(self.nodes) - 1
+        if cost.category != "view":
+            for t in outputs:
+                self._writer[storage_key(t)] = index
+        self._keep_alive(inputs + outputs)
+
+    def _merge(self, index: int, cost: Cost, producers: list[int], outputs: list[torch.Tensor]) -> None:
+        node = self.nodes[index]
+        a = node.attrs
+        a["flops"] += float(cost.flops)
+        a["bytes_read"] += float(cost.bytes_read)
+        a["bytes_written"] += float(cost.bytes_written)
+        a["fused_ops"] += 1
+        if cost.category in TENSOR_CORE_CATEGORIES:
+            a["kernels"] += cost.kernels
+            if cost.gemm_mnk != (0, 0, 0):
+                a["gemm_m"], a["gemm_n"], a["gemm_k"] = cost.gemm_mnk
+            if a["math_mode"] == "int":
+                a["math_mode"] = math_mode("rnn", torch.float32, self.tf32)
+        a["supported"] = a["supported"] and cost.supported
+        node.inputs = sorted(set(node.inputs) | {p for p in producers if p != index})
+        for t in outputs:
+            self._writer[storage_key(t)] = index
+        self._keep_alive(outputs)
+
+    def _keep_alive(self, ts: list[torch.Tensor]) -> None:
+        for t in ts:
+            try:
+                self._alive.append(t.untyped_storage())
+            except (RuntimeError, NotImplementedError):
+                continue  # tensors without storage (e.g. sparse) have id-based keys
+
+
+def record(fn: Callable[[OpRecorder], Any], tracker: ModuleTracker, recorder: OpRecorder) -> Any:
+    """Run `fn(recorder)` with module tracking and op recording active."""
+    with tracker, recorder:
+        return fn(recorder)

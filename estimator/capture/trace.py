@@ -1,0 +1,182 @@
+"""`trace`: capture a model's inference pass or full training step as an annotated ATen graph."""
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import Counter
+from typing import Any, Callable, Sequence
+
+import networkx as nx
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._pytree import tree_map
+from torch.utils.module_tracker import ModuleTracker
+
+from ..annotate.math_mode import TF32Policy
+from ..errors import TraceError
+from .recorder import OpRecorder
+
+MODES = ("inference", "training")
+PRECISIONS = {
+    "fp32": (None, None), "bf16": (torch.bfloat16, None), "fp16": (torch.float16, None),
+    "bf16-mixed": (None, torch.bfloat16), "fp16-mixed": (None, torch.float16),
+}
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
+    # As torch runs them on CUDA by default: the foreach implementations.
+    "adamw": lambda params: torch.optim.AdamW(params, lr=1e-3, foreach=True),
+    "sgd": lambda params: torch.optim.SGD(params, lr=1e-2, momentum=0.9, foreach=True),
+}
+GRAPH_SCHEMA = "gpuest.graph/1"
+TRACE_DEVICE = "cpu"  # fake tensors only: nothing is allocated; CPU-only kernels are renamed to CUDA ones.
+
+
+def _check_choice(value: Any, accepted: Sequence, what: str) -> None:
+    if value not in accepted:
+        raise ValueError(f"unknown {what} {value!r}; accepted: {', '.join(map(str, accepted))}")
+
+
+def default_loss(output: Any) -> torch.Tensor:
+    """Mean of the first tensor output in float32 (HF outputs: `logits`, else `last_hidden_state`)."""
+    for attr in ("logits", "last_hidden_state"):
+        value = getattr(output, attr, None)
+        if isinstance(value, torch.Tensor):
+            return value.float().mean()
+    leaves = [t for t in torch.utils._pytree.tree_leaves(output) if isinstance(t, torch.Tensor)]
+    floating = [t for t in leaves if t.dtype.is_floating_point]
+    if not floating:
+        raise TraceError("the model returned no floating-point tensor to build a default loss from; "
+                         "pass loss_fn=lambda out: <scalar tensor>")
+    return floating[0].float().mean()
+
+
+def _fake_like(t: torch.Tensor, dtype: torch.dtype | None, requires_grad: bool = False) -> torch.Tensor:
+    cast = dtype if (dtype is not None and t.dtype.is_floating_point) else t.dtype
+    fake = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=cast, device=TRACE_DEVICE)
+    return fake.requires_grad_(requires_grad and cast.is_floating_point)
+
+
+def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference", precision: str = "fp32",
+          optimizer: str | None = "adamw", loss_fn: Callable[[Any], torch.Tensor] | None = None,
+          name: str | None = None, batch: int | None = None) -> nx.DiGraph:
+    """Capture `model` at ATen level into an annotated `networkx.DiGraph` without running it.
+
+    mode: "inference" (eval, no autograd) or "training" (forward, loss, backward, optimizer step).
+    precision: fp32 (honours torch's TF32 switches), bf16/fp16 (weights cast), bf16-mixed/fp16-mixed (autocast).
+    example_inputs: a tensor or tuple of tensors (real, meta or fake: only shapes and dtypes are used),
+        or a dict of keyword arguments.
+    Nodes carry FLOPs, bytes read/written, category, phase, module, shapes, dtype and math mode.
+    """
+    _check_choice(mode, MODES, "mode")
+    _check_choice(precision, list(PRECISIONS), "precision")
+    if mode == "training" and optimizer is not None:
+        _check_choice(optimizer, list(OPTIMIZERS), "optimizer")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"trace() needs a torch.nn.Module, got {type(model).__name__}")
+    weight_dtype, autocast_dtype = PRECISIONS[precision]
+    training = mode == "training"
+    tf32 = TF32Policy.current()
+    root = type(model).__name__
+    modules = {n: m for n, m in model.named_modules()}
+    tracker = ModuleTracker()
+    recorder = OpRecorder(tracker, modules, root, tf32)
+    was_training = model.training
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    try:
+        model.train(training)
+        with fake_mode:
+            params = {n: _fake_like(p, weight_dtype, training and p.requires_grad)
+                      for n, p in model.named_parameters(remove_duplicate=False)}
+            buffers = {n: _fake_like(b, weight_dtype if weight_dtype and b.is_floating_point() else None)
+                       for n, b in model.named_buffers(remove_duplicate=False)}
+            inputs = tree_map(lambda x: _fake_like(x, weight_dtype) if isinstance(x, torch.Tensor) else x,
+                              example_inputs)
+            opt = _make_optimizer(params, optimizer) if training else None
+        args, kwargs = (({}, inputs) if isinstance(inputs, dict)
+                        else ((inputs,) if not isinstance(inputs, (tuple, list)) else tuple(inputs), {}))
+        if not isinstance(args, tuple):
+            args, kwargs = (), args
+
+        def step(rec: OpRecorder) -> None:
+            grad_ctx = contextlib.nullcontext() if training else torch.no_grad()
+            amp = (torch.autocast(TRACE_DEVICE, dtype=autocast_dtype) if autocast_dtype
+                   else contextlib.nullcontext())
+            with grad_ctx:
+                with amp:
+                    rec.phase = "forward"
+                    output = torch.func.functional_call(model, {**params, **buffers}, args, kwargs,
+                                                        tie_weights=True, strict=False)
+                    if not training:
+                        return
+                    rec.phase = "loss"
+                    loss = (loss_fn or default_loss)(output)
+                rec.phase = "backward"
+                loss.backward()
+                if opt is not None:
+                    rec.phase = "optimizer"
+                    opt.step()
+
+        with fake_mode:
+            try:
+                with tracker, recorder:
+                    step(recorder)
+            except TraceError:
+                raise
+            except Exception as exc:  # any failure inside the user's model: say where it happened
+                where = recorder.current_module() or "<top level>"
+                last = recorder.nodes[-1].attrs["cpu_op"] if recorder.nodes else "none"
+                raise TraceError(
+                    f"could not trace {name or root} ({mode}, {precision}): {type(exc).__name__}: {exc}\n"
+                    f"  while in module {where!r} during {recorder.phase}, after op {last}. "
+                    "Tracing runs on fake tensors: data-dependent Python control flow (e.g. `if x.sum() > 0`, "
+                    "`.item()`, `.tolist()`) cannot be traced; make it shape-dependent or pass a smaller model."
+                ) from exc
+    finally:
+        model.train(was_training)
+    return _to_graph(recorder, name=name or root, mode=mode, precision=precision, batch=batch,
+                     optimizer=optimizer if training else None, tf32=tf32)
+
+
+def _make_optimizer(params: dict[str, torch.Tensor], name: str | None) -> torch.optim.Optimizer | None:
+    """The optimizer with its state initialised, so the traced step is a steady-state one."""
+    if name is None:
+        return None
+    trainable = list({id(p): p for p in params.values() if p.requires_grad}.values())
+    if not trainable:
+        return None
+    opt = OPTIMIZERS[name](trainable)
+    for p in trainable:
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return opt
+
+
+def _to_graph(recorder: OpRecorder, *, name: str, mode: str, precision: str, batch: int | None,
+              optimizer: str | None, tf32: TF32Policy) -> nx.DiGraph:
+    graph = nx.DiGraph()
+    unsupported: Counter[str] = Counter()
+    for i, node in enumerate(recorder.nodes):
+        graph.add_node(i, order=i, **node.attrs)
+        for src in node.inputs:
+            graph.add_edge(src, i)
+        if not node.attrs["supported"]:
+            unsupported[node.attrs["op"]] += 1
+    attrs = [n.attrs for n in recorder.nodes]
+    tensor_core = sum(a["flops"] for a in attrs if a["category"] in ("matmul", "conv", "attention", "rnn"))
+    graph.graph.update(
+        schema=GRAPH_SCHEMA, model=name, mode=mode, precision=precision, batch=int(batch or 0),
+        optimizer=optimizer or "none", torch_version=torch.__version__,
+        cudnn_allow_tf32=tf32.cudnn_allow_tf32, matmul_allow_tf32=tf32.matmul_allow_tf32,
+        sdpa_backend="+".join(sorted(recorder.sdpa_backends)) or "none",
+        total_flops=float(sum(a["flops"] for a in attrs)),
+        total_tensor_core_flops=float(tensor_core),
+        total_bytes=float(sum(a["bytes_read"] + a["bytes_written"] for a in attrs)),
+        num_ops=sum(1 for a in attrs if not a["free"]),
+        unsupported_ops=json.dumps(dict(unsupported), sort_keys=True),
+    )
+    return graph
+
+
+def unsupported_ops(graph: nx.DiGraph) -> dict[str, int]:
+    """Op name -> count of nodes priced by bytes only because no formula exists."""
+    return json.loads(graph.graph.get("unsupported_ops", "{}"))
