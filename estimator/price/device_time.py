@@ -1,0 +1,133 @@
+"""Per-node device time: PALEO-style roofline at an SM clock, corrected by the fitted residual.
+
+t_node = kernels * kernel_latency + max(flops / peak(mode, clock), bytes / bandwidth) * exp(x . beta)
+where x are the RESIDUAL_FEATURES of the node and beta the profile's fit for its category.
+Memory bandwidth does not depend on the SM clock; compute peaks scale with it.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..catalog import GPUSpec
+from ..profile import RESIDUAL_FEATURES, Profile
+from .node_table import NodeTable
+
+# What a GPU without a hardware path for a math mode runs instead (cuBLAS/cuDNN fall back).
+MATH_MODE_FALLBACK = {"fp8": "fp16", "int8": "fp16", "bf16": "fp32", "fp16": "fp32", "tf32": "fp32",
+                      "int": "fp32", "fp64": "fp32"}
+GEMM_TILE = 128                       # output tile edge of the tensor-core GEMM kernels that dominate
+ALIGN_ELEMENTS = {"fp32": 4, "tf32": 4, "bf16": 8, "fp16": 8, "fp8": 16, "int8": 16}
+RESIDUAL_CLIP = (np.log(0.2), np.log(50.0))
+Z90 = 1.6449                          # two-sided 90 % interval
+
+
+@dataclass(frozen=True)
+class DeviceTimes:
+    """Per-node arrays (seconds unless named otherwise)."""
+
+    compute_s: np.ndarray
+    memory_s: np.ndarray
+    roofline_s: np.ndarray
+    latency_s: np.ndarray
+    device_s: np.ndarray
+    log_sd: np.ndarray                # std of log(device_s) from the fit (coefficients + residual)
+    coef_sd: np.ndarray               # the part from coefficient uncertainty (correlated across nodes)
+    peak_flops: np.ndarray            # FLOP/s used per node
+    effective_mode: np.ndarray        # math mode priced (after fallbacks)
+    bound: np.ndarray                 # "compute" | "memory" | "latency" | "none"
+
+
+def effective_math_modes(table: NodeTable, gpu: GPUSpec) -> tuple[np.ndarray, list[str]]:
+    """The math mode each node runs in on `gpu` and warnings for modes the GPU lacks."""
+    available = set(gpu.available_math_modes)
+    modes = np.where(table.tensor_core, table.math_mode, np.where(table.math_mode == "fp64", "fp64", "fp32"))
+    out = modes.copy()
+    notes = []
+    for mode in set(modes.tolist()):
+        chosen = mode
+        while chosen not in available and chosen in MATH_MODE_FALLBACK:
+            chosen = MATH_MODE_FALLBACK[chosen]
+        if chosen != mode:
+            if mode not in ("int",):
+                notes.append(f"{gpu.name} has no {mode} hardware path; {int((modes == mode).sum())} ops priced "
+                             f"as {chosen}, as the GPU would run them")
+            out[modes == mode] = chosen
+    return out, notes
+
+
+def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np.ndarray,
+                      roofline_s: np.ndarray) -> np.ndarray:
+    """Feature matrix (n, len(RESIDUAL_FEATURES)); every feature is normalised to the GPU so a fit
+    transfers between GPUs (intensity relative to the ridge point, waves relative to the SM count)."""
+    n = len(table)
+    bw = gpu.memory_bandwidth_bytes_per_s
+    intensity = table.flops / np.maximum(table.bytes, 1.0)
+    ridge = peak / bw
+    r = np.log2(np.maximum(intensity, 1e-6) / ridge)
+    r = np.clip(r, -12.0, 8.0)
+    m, nn, k, batch = table.gemm.T
+    is_gemm = (m > 0) & (nn > 0)
+    tiles = np.ceil(np.maximum(m, 1) / GEMM_TILE) * np.ceil(np.maximum(nn, 1) / GEMM_TILE) * np.maximum(batch, 1)
+    waves = np.ceil(tiles / gpu.sm_count)
+    wave_eff = np.where(is_gemm, tiles / (waves * gpu.sm_count), 1.0)
+    align = np.array([ALIGN_ELEMENTS.get(mm, 1) for mm in mode], dtype=float) if n else np.zeros(0)
+    misaligned = is_gemm & ((np.mod(m, align) != 0) | (np.mod(nn, align) != 0) | (np.mod(k, align) != 0))
+    x = np.empty((n, len(RESIDUAL_FEATURES)))
+    x[:, 0] = 1.0
+    x[:, 1] = np.maximum(r, 0.0)
+    x[:, 2] = np.minimum(r, 0.0)
+    x[:, 3] = np.clip(np.log10(np.maximum(roofline_s, 1e-12) / 1e-6), -3.0, 6.0)
+    x[:, 4] = np.log(np.clip(wave_eff, 1e-3, 1.0))
+    x[:, 5] = misaligned.astype(float)
+    x[:, 6] = np.isin(mode, ["bf16", "fp16", "fp8", "int8"]) & table.tensor_core
+    x[:, 7] = (mode == "tf32") & table.tensor_core
+    return x
+
+
+def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, profile: Profile,
+                 launch: str = "eager") -> tuple[DeviceTimes, list[str]]:
+    """Price every node of `table` on `gpu` at `clock_mhz` (MHz; a scalar or one clock per node).
+
+    The caller range-checks clocks; compute peaks scale linearly with the SM clock."""
+    mode, notes = effective_math_modes(table, gpu)
+    peaks = {m: gpu.peak_flops_per_s(m) for m in set(mode.tolist())}
+    peak_ref = np.array([peaks[m] for m in mode], dtype=float) if len(mode) else np.zeros(0)
+    peak = peak_ref * (np.asarray(clock_mhz, dtype=float) / gpu.peak_tflops_clock_mhz)
+    compute = table.flops / peak
+    memory = table.bytes / gpu.memory_bandwidth_bytes_per_s
+    roof = np.maximum(compute, memory)
+    x = residual_features(table, gpu, mode, peak, roof)
+    log_eff = np.zeros(len(table))
+    coef_var = np.zeros(len(table))
+    resid_var = np.zeros(len(table))
+    residual_cat = np.where(np.isin(table.category, list(profile.residuals)), table.category, "default")
+    for cat in set(residual_cat.tolist()):
+        sel = residual_cat == cat
+        fit = profile.residuals[cat]
+        beta = np.asarray(fit.coef)
+        cov = np.asarray(fit.cov)
+        xs = x[sel]
+        log_eff[sel] = xs @ beta
+        coef_var[sel] = np.einsum("ij,jk,ik->i", xs, cov, xs)
+        resid_var[sel] = fit.sigma ** 2
+    log_eff = np.clip(log_eff, *RESIDUAL_CLIP)
+    active = ~(table.free | table.host_only)
+    lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
+    latency = np.where(active, table.kernels * lat_per_kernel, 0.0)
+    corrected = np.where(active, roof * np.exp(log_eff), 0.0)
+    device = latency + corrected
+    bound = np.where(~active, "none", np.where(latency > corrected, "latency",
+                                                np.where(compute >= memory, "compute", "memory")))
+    share = np.divide(corrected, device, out=np.zeros_like(device), where=device > 0)
+    times = DeviceTimes(compute, memory, roof, latency, device,
+                        log_sd=share * np.sqrt(coef_var + resid_var), coef_sd=share * np.sqrt(coef_var),
+                        peak_flops=peak, effective_mode=mode, bound=bound)
+    return times, notes
+
+
+def warn_notes(notes: list[str]) -> None:
+    for note in notes:
+        warnings.warn(note, stacklevel=3)

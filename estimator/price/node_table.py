@@ -1,0 +1,98 @@
+"""The numeric columns of an annotated graph, as numpy arrays, for vectorised pricing."""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import networkx as nx
+import numpy as np
+
+from ..annotate.registry import CATEGORIES, TENSOR_CORE_CATEGORIES
+from ..capture.trace import GRAPH_SCHEMA
+from ..errors import GraphNotAnnotatedError
+
+REQUIRED_NODE_ATTRS = ("op", "category", "phase", "flops", "bytes_read", "bytes_written", "math_mode",
+                       "kernels", "free", "host_only")
+PHASES = ("forward", "loss", "backward", "optimizer")
+
+
+@dataclass(frozen=True)
+class NodeTable:
+    """One entry per graph node, in execution order."""
+
+    node_ids: np.ndarray      # graph node keys
+    op: np.ndarray            # str
+    category: np.ndarray      # str
+    phase: np.ndarray         # str
+    module: np.ndarray        # str
+    math_mode: np.ndarray     # str
+    flops: np.ndarray         # FLOP
+    bytes: np.ndarray         # bytes read + written
+    kernels: np.ndarray       # CUDA kernels launched
+    gemm: np.ndarray          # (n, 4): M, N, K, batch
+    free: np.ndarray          # bool: metadata-only, no kernel, no host dispatch worth pricing
+    host_only: np.ndarray     # bool: runs on the CPU only
+    supported: np.ndarray     # bool
+
+    def __len__(self) -> int:
+        return len(self.op)
+
+    @property
+    def tensor_core(self) -> np.ndarray:
+        return np.isin(self.category, list(TENSOR_CORE_CATEGORIES))
+
+    @classmethod
+    def from_records(cls, records: Iterable[Mapping[str, Any]], node_ids: Iterable[Any] | None = None) -> "NodeTable":
+        rows = list(records)
+        col = lambda key, default=0: [r.get(key, default) for r in rows]  # noqa: E731
+        return cls(
+            node_ids=np.asarray(list(node_ids) if node_ids is not None else range(len(rows))),
+            op=np.asarray(col("op", ""), dtype=object),
+            category=np.asarray(col("category", "other"), dtype=object),
+            phase=np.asarray(col("phase", "forward"), dtype=object),
+            module=np.asarray(col("module", ""), dtype=object),
+            math_mode=np.asarray(col("math_mode", "fp32"), dtype=object),
+            flops=np.asarray(col("flops"), dtype=float),
+            bytes=np.asarray(col("bytes_read"), dtype=float) + np.asarray(col("bytes_written"), dtype=float),
+            kernels=np.asarray(col("kernels", 1), dtype=float),
+            gemm=np.asarray([[r.get("gemm_m", 0), r.get("gemm_n", 0), r.get("gemm_k", 0), r.get("gemm_batch", 1)]
+                             for r in rows], dtype=float).reshape(len(rows), 4),
+            free=np.asarray(col("free", False), dtype=bool),
+            host_only=np.asarray(col("host_only", False), dtype=bool),
+            supported=np.asarray(col("supported", True), dtype=bool),
+        )
+
+
+def check_annotated(graph: nx.DiGraph) -> None:
+    """Raise `GraphNotAnnotatedError` unless `graph` came from `estimator.trace` (or a faithful copy)."""
+    if not isinstance(graph, nx.DiGraph):
+        raise GraphNotAnnotatedError(f"expected a networkx.DiGraph from estimator.trace, got {type(graph).__name__}")
+    schema = graph.graph.get("schema")
+    if schema != GRAPH_SCHEMA:
+        raise GraphNotAnnotatedError(
+            f"this graph was not produced by estimator.trace (graph attribute schema={schema!r}, expected "
+            f"{GRAPH_SCHEMA!r}); trace the model with estimator.trace(model, inputs) or pass the model itself")
+    for node, data in graph.nodes(data=True):
+        missing = [k for k in REQUIRED_NODE_ATTRS if k not in data]
+        if missing:
+            raise GraphNotAnnotatedError(f"node {node!r} lacks the annotations {missing}; the graph was not "
+                                         "produced by estimator.trace or was edited")
+        if data["category"] not in CATEGORIES:
+            raise GraphNotAnnotatedError(f"node {node!r} has unknown category {data['category']!r}")
+        break  # one node checked fully; the table build checks the rest by type
+
+
+_CACHE: "weakref.WeakKeyDictionary[nx.DiGraph, tuple[int, NodeTable]]" = weakref.WeakKeyDictionary()
+
+
+def node_table(graph: nx.DiGraph) -> NodeTable:
+    """Columns of a traced graph, in execution order (cached per graph object and size)."""
+    check_annotated(graph)
+    cached = _CACHE.get(graph)
+    if cached is not None and cached[0] == graph.number_of_nodes():
+        return cached[1]
+    items = sorted(graph.nodes(data=True), key=lambda kv: kv[1].get("order", 0))
+    table = NodeTable.from_records((d for _, d in items), (n for n, _ in items))
+    _CACHE[graph] = (graph.number_of_nodes(), table)
+    return table

@@ -1,0 +1,62 @@
+"""Board power per node: static power plus dynamic power from the node's compute and memory use.
+
+P = static(f) + s(f) * (tensor_w * u_tc + vector_w * u_vec) + memory_w * u_mem
+s(f) = (f / f_max) * (V(f) / V(f_max))^2, V linear in f between v_min_ratio and 1 (P_dyn ~ f V^2);
+static(f) = idle_w + (static_w - idle_w) * (V(f)/V(f_max))^2 (leakage follows voltage).
+Memory power does not scale with the SM clock. Host-bound gaps draw static(f).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..catalog import GPUSpec
+from ..profile import PowerFit
+from .device_time import DeviceTimes
+from .node_table import NodeTable
+
+
+def voltage_ratio(gpu: GPUSpec, clock_mhz: np.ndarray | float, v_min_ratio: float) -> np.ndarray:
+    span = max(gpu.max_clock_mhz - gpu.min_clock_mhz, 1.0)
+    frac = np.clip((np.asarray(clock_mhz, dtype=float) - gpu.min_clock_mhz) / span, 0.0, 1.0)
+    return v_min_ratio + (1.0 - v_min_ratio) * frac
+
+
+def transfer_power(fit: PowerFit, source: GPUSpec, target: GPUSpec) -> PowerFit:
+    """Scale a power fit measured on `source` to `target` by their dynamic ranges (TDP - idle)."""
+    if source.name == target.name:
+        return fit
+    ratio = (target.tdp_w - target.idle_power_w) / max(source.tdp_w - source.idle_power_w, 1.0)
+    return replace(fit, idle_w=target.idle_power_w,
+                   static_w=target.idle_power_w + (fit.static_w - fit.idle_w) * ratio,
+                   tensor_w=fit.tensor_w * ratio, vector_w=fit.vector_w * ratio,
+                   memory_w=fit.memory_w * ratio, sigma_w=fit.sigma_w * ratio)
+
+
+@dataclass(frozen=True)
+class NodePower:
+    power_w: np.ndarray        # average power while the node runs
+    static_w: np.ndarray       # power while idle-waiting at that node's clock
+    util_tensor: np.ndarray
+    util_vector: np.ndarray
+    util_memory: np.ndarray
+
+
+def node_power(table: NodeTable, times: DeviceTimes, gpu: GPUSpec, clock_mhz: np.ndarray | float,
+               fit: PowerFit) -> NodePower:
+    """Power (W) of each node at its clock, from its achieved fraction of the compute and memory roofs."""
+    t = np.maximum(times.device_s, 1e-12)
+    util_compute = np.clip(table.flops / (times.peak_flops * t), 0.0, 1.0)
+    util_mem = np.clip(table.bytes / (gpu.memory_bandwidth_bytes_per_s * t), 0.0, 1.0)
+    tc = table.tensor_core
+    v = voltage_ratio(gpu, clock_mhz, fit.v_min_ratio)
+    scale = np.asarray(clock_mhz, dtype=float) / gpu.max_clock_mhz * v ** 2
+    static = fit.idle_w + (fit.static_w - fit.idle_w) * v ** 2
+    dyn = scale * (fit.tensor_w * np.where(tc, util_compute, 0.0) + fit.vector_w * np.where(tc, 0.0, util_compute))
+    power = static + dyn + fit.memory_w * util_mem
+    active = times.device_s > 0
+    power = np.where(active, power, static)
+    n = len(table)
+    return NodePower(np.broadcast_to(power, (n,)).astype(float), np.broadcast_to(static, (n,)).astype(float),
+                     np.where(tc, util_compute, 0.0), np.where(tc, 0.0, util_compute), util_mem)

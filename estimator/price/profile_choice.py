@@ -1,0 +1,57 @@
+"""Which calibration profile prices a GPU: its own, one transferred from the nearest calibrated GPU,
+or the documented prior when nothing has been measured."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..catalog import GPUSpec, get_gpu
+from ..profile import Profile, ResidualFit, load_profile, prior_profile, shipped_profiles
+
+ARCH_ORDER = ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+
+
+@dataclass(frozen=True)
+class ProfileChoice:
+    profile: Profile
+    source: str          # "measured" | "transferred" | "prior" | "roofline" | "user"
+    note: str
+
+
+def roofline_profile() -> Profile:
+    """Plain roofline with catalogue peaks: no residual, no latency, no host cost (the PALEO baseline)."""
+    prior = prior_profile()
+    zero = ResidualFit(tuple(0.0 for _ in prior.residual_features),
+                       tuple(tuple(0.0 for _ in prior.residual_features) for _ in prior.residual_features),
+                       0.0, 0.0, 0)
+    return replace(prior, kind="roofline", kernel_latency_s=0.0, graph_kernel_latency_s=0.0,
+                   host_op_s={"default": 0.0}, host_only_op_s=0.0, residuals={"default": zero})
+
+
+def _arch_distance(a: GPUSpec, b: GPUSpec) -> tuple[int, float]:
+    ia = ARCH_ORDER.index(a.architecture) if a.architecture in ARCH_ORDER else 0
+    ib = ARCH_ORDER.index(b.architecture) if b.architecture in ARCH_ORDER else 0
+    return abs(ia - ib), abs(a.memory_bandwidth_gb_s - b.memory_bandwidth_gb_s)
+
+
+def choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) -> ProfileChoice:
+    """profile: None (automatic), a Profile, a path to a profile JSON, "prior" or "roofline"."""
+    if isinstance(profile, Profile):
+        return ProfileChoice(profile, "user", f"user profile for {profile.gpu}")
+    if profile == "roofline":
+        return ProfileChoice(roofline_profile(), "roofline", "plain roofline with catalogue peaks (no calibration)")
+    if profile == "prior":
+        return ProfileChoice(prior_profile(), "prior", "prior assumptions (no calibration)")
+    if profile is not None:
+        loaded = load_profile(profile)
+        return ProfileChoice(loaded, "user", f"profile {profile}")
+    measured = shipped_profiles()
+    if gpu.name in measured:
+        p = measured[gpu.name]
+        return ProfileChoice(p, "measured", f"calibrated profile of {gpu.name}")
+    if measured:
+        nearest = min(measured, key=lambda name: _arch_distance(gpu, get_gpu(name)))
+        return ProfileChoice(measured[nearest], "transferred",
+                             f"no calibration for {gpu.name}: efficiencies transferred from {nearest} "
+                             "(features normalised to each GPU's ridge point and SM count)")
+    return ProfileChoice(prior_profile(), "prior", "no calibrated GPU available: prior assumptions")

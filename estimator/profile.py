@@ -1,0 +1,164 @@
+"""Calibration profiles: what a GPU (and the host driving it) really achieves, as fitted numbers.
+
+A profile is JSON with a schema version, never pickle. It holds the per-category residual
+regression that corrects the roofline, kernel latency, host dispatch costs, the power model
+and the provenance of the measurements. `estimator/profiles/` ships fitted profiles and a
+`prior` profile (documented assumptions, not measurements) used when nothing was measured.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import ProfileError
+
+PROFILE_SCHEMA = "gpuest.profile/1"
+PROFILE_DIR = Path(__file__).parent / "profiles"
+RESIDUAL_FEATURES = ("const", "ridge_pos", "ridge_neg", "log_roof_us", "log_wave_eff", "misaligned",
+                     "lowp", "tf32")
+
+
+@dataclass(frozen=True)
+class ResidualFit:
+    """OLS of log(measured / roofline) on RESIDUAL_FEATURES for one category."""
+
+    coef: tuple[float, ...]
+    cov: tuple[tuple[float, ...], ...]
+    sigma: float                      # residual std of log time
+    r2: float
+    n: int
+    holdout_median_ape: float | None = None
+    holdout_p90_ape: float | None = None
+
+
+@dataclass(frozen=True)
+class PowerFit:
+    """Average board power (W) = static_w + s(f) * (tensor_w*u_tc + vector_w*u_vec + memory_w*u_mem)."""
+
+    static_w: float                   # active, clocks up, no work (also: host-bound gaps)
+    idle_w: float                     # deep idle, measured before the run
+    tensor_w: float
+    vector_w: float
+    memory_w: float
+    sigma_w: float
+    r2: float
+    n: int
+    v_min_ratio: float = 0.7          # V(f_min)/V(f_max) of the voltage-frequency curve
+
+
+@dataclass(frozen=True)
+class Profile:
+    gpu: str
+    kind: str                                   # "measured" | "prior"
+    kernel_latency_s: float
+    graph_kernel_latency_s: float
+    host_op_s: Mapping[str, float]              # per category, plus "default"
+    host_backward_factor: float                 # autograd's C++ engine dispatches cheaper than Python
+    host_only_op_s: float
+    residual_features: tuple[str, ...]
+    residuals: Mapping[str, ResidualFit]        # per category, plus "default"
+    power: PowerFit | None
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    path: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("path")
+        return {"schema": PROFILE_SCHEMA, **data}
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
+        return path
+
+
+def _need(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in data:
+        raise ProfileError(f"{where}: missing field {key!r}")
+    value = data[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ProfileError(f"{where}: field {key!r} should be {getattr(kind, '__name__', kind)}, "
+                           f"got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ProfileError(f"{where}: field {key!r} is not a finite number")
+    return value
+
+
+def profile_from_json(data: Any, where: str = "profile") -> Profile:
+    """Validate a decoded profile document and build a `Profile`; `ProfileError` says what is wrong."""
+    if not isinstance(data, dict):
+        raise ProfileError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    schema = data.get("schema")
+    if schema != PROFILE_SCHEMA:
+        raise ProfileError(f"{where}: schema {schema!r} is not supported; this gpuest reads {PROFILE_SCHEMA!r} "
+                           "(re-run `gpuest fit` on the raw calibration data)")
+    num = (int, float)
+    features = tuple(_need(data, "residual_features", list, where))
+    if features != RESIDUAL_FEATURES:
+        raise ProfileError(f"{where}: residual_features {list(features)} differ from this version's "
+                           f"{list(RESIDUAL_FEATURES)}; re-fit the profile")
+    residuals = {}
+    for cat, fit in _need(data, "residuals", dict, where).items():
+        w = f"{where}: residuals[{cat!r}]"
+        coef = tuple(float(c) for c in _need(fit, "coef", list, w))
+        cov = tuple(tuple(float(c) for c in row) for row in _need(fit, "cov", list, w))
+        if len(coef) != len(features) or len(cov) != len(features) or any(len(r) != len(features) for r in cov):
+            raise ProfileError(f"{w}: coef/cov must have {len(features)} entries (one per feature)")
+        residuals[cat] = ResidualFit(coef, cov, float(_need(fit, "sigma", num, w)), float(_need(fit, "r2", num, w)),
+                                     int(_need(fit, "n", int, w)), fit.get("holdout_median_ape"),
+                                     fit.get("holdout_p90_ape"))
+    if "default" not in residuals:
+        raise ProfileError(f"{where}: residuals needs a 'default' entry for categories without data")
+    power = data.get("power")
+    if power is not None:
+        w = f"{where}: power"
+        power = PowerFit(**{k: float(_need(power, k, num, w)) for k in
+                            ("static_w", "idle_w", "tensor_w", "vector_w", "memory_w", "sigma_w", "r2")},
+                         n=int(_need(power, "n", int, w)), v_min_ratio=float(power.get("v_min_ratio", 0.7)))
+    host = _need(data, "host_op_s", dict, where)
+    if "default" not in host:
+        raise ProfileError(f"{where}: host_op_s needs a 'default' entry")
+    return Profile(
+        gpu=_need(data, "gpu", str, where), kind=_need(data, "kind", str, where),
+        kernel_latency_s=float(_need(data, "kernel_latency_s", num, where)),
+        graph_kernel_latency_s=float(_need(data, "graph_kernel_latency_s", num, where)),
+        host_op_s={k: float(v) for k, v in host.items()},
+        host_backward_factor=float(_need(data, "host_backward_factor", num, where)),
+        host_only_op_s=float(_need(data, "host_only_op_s", num, where)),
+        residual_features=features, residuals=residuals, power=power,
+        provenance=data.get("provenance", {}),
+    )
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Load and validate a profile JSON file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ProfileError(f"profile file {path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"profile file {path} is not valid JSON ({exc}); it may be truncated or corrupt") from exc
+    profile = profile_from_json(data, where=str(path))
+    return Profile(**{**profile.__dict__, "path": str(path)})
+
+
+@lru_cache(maxsize=None)
+def shipped_profiles() -> dict[str, Profile]:
+    """Measured profiles shipped with gpuest, by canonical GPU name."""
+    out = {}
+    for p in sorted(PROFILE_DIR.glob("*.json")):
+        prof = load_profile(p)
+        if prof.kind == "measured":
+            out[prof.gpu] = prof
+    return out
+
+
+@lru_cache(maxsize=None)
+def prior_profile() -> Profile:
+    """Documented assumptions used when no GPU has been calibrated."""
+    return load_profile(PROFILE_DIR / "prior.json")

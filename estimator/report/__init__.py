@@ -1,0 +1,1 @@
+"""Report: text tables, exports and plots of estimates."""

@@ -1,0 +1,70 @@
+"""Plain-text tables: what `str(Estimate)` and the CLI print."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..price.estimate import Estimate
+
+PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
+
+
+def si(value: float, unit: str = "") -> str:
+    """1.23e12 -> '1.23 T'."""
+    for scale, prefix in PREFIXES:
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def seconds(value: float) -> str:
+    if value != value:  # NaN
+        return "n/a"
+    if value >= 1:
+        return f"{value:.3f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3f} ms"
+    return f"{value * 1e6:.1f} us"
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    fmt = lambda r: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)  # noqa: E731
+                              for i, (c, w) in enumerate(zip(r, widths)))
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)])
+
+
+def estimate_summary(est: "Estimate", hot: int = 10) -> str:
+    """The readable summary of an estimate: totals, bound, energy, per-category and hot-op tables."""
+    clock = f"{est.clock_mhz:.0f} MHz"
+    if abs(est.effective_clock_mhz - est.clock_mhz) > 1:
+        clock += f" (power-capped to {est.effective_clock_mhz:.0f} MHz avg at {est.power_limit_w:.0f} W)"
+    lines = [
+        f"gpuest estimate: {est.model} [{est.mode}, {est.precision}, batch {est.batch}] on {est.gpu} @ {clock}, "
+        f"launch={est.launch}",
+        f"profile: {est.profile_source} ({est.profile_note})",
+        "",
+        table([
+            ["wall time / iteration", seconds(est.time_s),
+             f"90% interval {seconds(est.time_low_s)} .. {seconds(est.time_high_s)}"],
+            ["device busy", seconds(est.device_time_s), ""],
+            ["host dispatch", seconds(est.host_time_s), ""],
+            ["bound", est.bound, ""],
+            ["energy / iteration", f"{est.energy_j:.4g} J", ""],
+            ["average power", f"{est.avg_power_w:.4g} W", ""],
+            ["energy-delay product", f"{est.edp_js:.4g} J*s", ""],
+        ], ["", "value", ""]),
+        "",
+    ]
+    cats = est.by_category()
+    lines.append(table([[c, int(r.nodes), seconds(r.time_s), f"{100 * r.share:.1f}%", si(r.flops, "FLOP"),
+                         si(r.bytes, "B"), f"{r.energy_j:.3g} J"] for c, r in cats.iterrows()],
+                       ["category", "nodes", "time", "share", "flops", "bytes", "energy"]))
+    lines.append("")
+    hot_df = est.hot_ops(hot)
+    lines.append(table([[r.op.replace("aten.", ""), (r.module or "-")[-40:], r.phase, seconds(r.time_s),
+                         f"{100 * r.share:.1f}%", r.bound] for r in hot_df.itertuples()],
+                       [f"top {hot} ops", "module", "phase", "time", "share", "bound"]))
+    for note in est.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
