@@ -38,6 +38,7 @@ class DeviceTimes:
     peak_flops: np.ndarray            # FLOP/s used per node
     effective_mode: np.ndarray        # math mode priced (after fallbacks)
     bound: np.ndarray                 # "compute" | "memory" | "latency" | "none"
+    features: np.ndarray              # (n, len(RESIDUAL_FEATURES)) residual regressors
 
 
 def effective_math_modes(table: NodeTable, gpu: GPUSpec) -> tuple[np.ndarray, list[str]]:
@@ -124,7 +125,7 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     share = np.divide(corrected, device, out=np.zeros_like(device), where=device > 0)
     times = DeviceTimes(compute, memory, roof, latency, device,
                         log_sd=share * np.sqrt(coef_var + resid_var), coef_sd=share * np.sqrt(coef_var),
-                        peak_flops=peak, effective_mode=mode, bound=bound)
+                        peak_flops=peak, effective_mode=mode, bound=bound, features=x)
     return times, notes
 
 
