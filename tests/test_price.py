@@ -1,0 +1,201 @@
+"""Closed-form and monotonicity properties of the pricing model (no GPU)."""
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import numpy as np
+import pytest
+import torch
+
+import estimator
+from estimator.catalog import get_gpu
+from estimator.errors import GraphNotAnnotatedError
+from estimator.price.host_timeline import simulate
+
+
+class MatMul(torch.nn.Module):
+    def forward(self, a, b):
+        return a @ b
+
+
+class Add(torch.nn.Module):
+    def forward(self, a, b):
+        return a + b
+
+
+def graph_of(module, *shapes, dtype=torch.bfloat16, **kw):
+    inputs = tuple(torch.empty(s, dtype=dtype, device="meta") for s in shapes)
+    return estimator.trace(module, inputs, **kw)
+
+
+@pytest.fixture(scope="module")
+def big_matmul():
+    return graph_of(MatMul(), (8192, 8192), (8192, 8192))
+
+
+@pytest.fixture(scope="module")
+def big_add():
+    return graph_of(Add(), (1 << 28,), (1 << 28,))
+
+
+@pytest.fixture(scope="module")
+def tiny_add():
+    return graph_of(Add(), (16,), (16,))
+
+
+def test_large_matmul_is_compute_bound_and_scales_with_clock(big_matmul):
+    gpu = get_gpu("H100")
+    hi = estimator.estimate(big_matmul, "H100", clock=gpu.max_clock_mhz, launch="graph")
+    lo = estimator.estimate(big_matmul, "H100", clock=gpu.max_clock_mhz / 2, launch="graph")
+    assert hi.bound == "compute"
+    # Device time is latency + compute; the compute part doubles at half the clock.
+    lat = hi.per_node["latency_s"].sum()
+    assert (lo.device_time_s - lat) / (hi.device_time_s - lat) == pytest.approx(2.0, rel=1e-6)
+    flops = 2 * 8192 ** 3
+    assert hi.per_node["flops"].sum() == flops
+    # No faster than the datasheet peak allows.
+    assert hi.device_time_s >= flops / gpu.peak_flops_per_s("bf16")
+
+
+def test_large_elementwise_is_memory_bound_and_clock_independent(big_add):
+    gpu = get_gpu("A100")
+    hi = estimator.estimate(big_add, "A100", launch="graph")
+    lo = estimator.estimate(big_add, "A100", clock=gpu.max_clock_mhz / 2, launch="graph")
+    assert hi.bound == "memory"
+    assert lo.device_time_s == pytest.approx(hi.device_time_s, rel=1e-9)
+    moved = 3 * (1 << 28) * 2  # two bf16 inputs read, one output written
+    assert hi.per_node["bytes"].sum() == moved
+    assert hi.device_time_s >= moved / gpu.memory_bandwidth_bytes_per_s
+
+
+def test_tiny_op_is_host_or_latency_bound(tiny_add):
+    eager = estimator.estimate(tiny_add, "H100")
+    graph = estimator.estimate(tiny_add, "H100", launch="graph")
+    assert eager.bound == "host"
+    assert graph.bound in ("latency", "host")
+    assert eager.time_s > graph.time_s
+
+
+def test_monotone_in_clock_and_batch():
+    net = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512))
+    times = []
+    for b in (1, 8, 64, 512):
+        g = estimator.trace(net, (torch.empty(b, 512, device="meta"),), mode="training", batch=b)
+        clocks = np.linspace(400, 1980, 5)
+        ts = [estimator.estimate(g, "H100", clock=c).time_s for c in clocks]
+        assert all(a >= b_ - 1e-15 for a, b_ in zip(ts, ts[1:])), "time must not rise with clock"
+        times.append(ts[-1])
+    assert all(a <= b for a, b in zip(times, times[1:])), "time must not fall with batch"
+
+
+def test_host_timeline_matches_loop():
+    rng = np.random.default_rng(0)
+    d, h = rng.exponential(1e-5, 200), rng.exponential(1e-5, 200)
+    tl = simulate(d, h)
+    end, issue = 0.0, 0.0
+    for i in range(200):
+        issue += h[i]
+        start = max(issue, end)
+        end = start + d[i]
+        assert tl.end_s[i] == pytest.approx(end, rel=1e-12, abs=1e-15)
+    assert tl.wall_s == pytest.approx(max(end, issue))
+
+
+def test_unknown_gpu_and_bad_clock(big_add):
+    with pytest.raises(ValueError, match="closest"):
+        estimator.estimate(big_add, "A1OO")
+    with pytest.raises(ValueError, match="range"):
+        estimator.estimate(big_add, "A100", clock=0)
+    with pytest.raises(ValueError, match="range"):
+        estimator.estimate(big_add, "A100", clock=5000)
+    with pytest.raises(ValueError, match="range"):
+        estimator.estimate(big_add, "A100", power_limit=5)
+
+
+def test_graph_not_from_trace_is_rejected():
+    g = nx.DiGraph()
+    g.add_node(0, op="aten.mm.default")
+    with pytest.raises(GraphNotAnnotatedError, match="estimator.trace"):
+        estimator.estimate(g, "A100")
+
+
+def test_missing_math_mode_priced_as_fallback_with_warning(big_matmul):
+    with pytest.warns(UserWarning, match="no bf16"):
+        est = estimator.estimate(big_matmul, "V100")
+    assert set(est.per_node.loc[~est.per_node["free"], "math_mode"]) == {"fp32"}
+
+
+def test_unsupported_op_is_priced_by_bytes_and_reported():
+    lib = torch.library.Library("gpuest_test", "DEF")
+    lib.define("mystery(Tensor x) -> Tensor")
+    lib.impl("mystery", lambda x: x.clone(), "CompositeExplicitAutograd")
+    lib.impl("mystery", lambda x: torch.empty_like(x), "Meta")
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.gpuest_test.mystery(x)
+
+    g = estimator.trace(M(), (torch.empty(1024, 1024, device="meta"),))
+    est = estimator.estimate(g, "H100")
+    assert est.unsupported_ops() == {"gpuest_test.mystery.default": 1}
+    row = est.per_node[est.per_node["op"] == "gpuest_test.mystery.default"].iloc[0]
+    assert row["bytes"] == 2 * 1024 * 1024 * 4 and row["time_s"] > 0
+    assert any("no cost formula" in n for n in est.notes)
+
+
+def test_power_and_energy_are_physical(big_matmul, big_add):
+    for g in (big_matmul, big_add):
+        gpu = get_gpu("H100")
+        hi = estimator.estimate(g, "H100")
+        lo = estimator.estimate(g, "H100", clock=1000)
+        assert lo.avg_power_w <= hi.avg_power_w + 1e-9
+        assert hi.avg_power_w <= gpu.tdp_w + 1e-6
+        assert hi.energy_j == pytest.approx(hi.per_node["energy_j"].sum(), rel=0.05)
+        assert hi.edp_js == pytest.approx(hi.energy_j * hi.time_s)
+
+
+def test_power_limit_caps_power_and_slows_compute_bound(big_matmul):
+    gpu = get_gpu("H100")
+    free = estimator.estimate(big_matmul, "H100")
+    capped = estimator.estimate(big_matmul, "H100", power_limit=gpu.power_limit_min_w)
+    assert capped.avg_power_w <= gpu.power_limit_min_w * 1.01
+    assert capped.time_s >= free.time_s
+    assert capped.effective_clock_mhz < free.effective_clock_mhz
+
+
+def test_memory_bound_loses_little_at_lower_clock(big_add, big_matmul):
+    slow_mem = estimator.estimate(big_add, "H100", clock=990).time_s / estimator.estimate(big_add, "H100").time_s
+    slow_mm = (estimator.estimate(big_matmul, "H100", clock=990).time_s
+               / estimator.estimate(big_matmul, "H100").time_s)
+    assert slow_mem < 1.05
+    assert slow_mm > 1.6
+
+
+def test_compare_ranks_gpus(big_matmul):
+    df = estimator.compare(big_matmul, ["H100", "A100", "T4"])
+    assert list(df["gpu"])[0] == "H100-SXM"
+    assert df["time_s"].is_monotonic_increasing
+    by_energy = estimator.compare(big_matmul, ["H100", "A100", "T4"], by="energy",
+                                  price_per_hour={"H100": 3.0, "A100": 1.5, "T4": 0.3})
+    assert by_energy["energy_j"].is_monotonic_increasing
+    assert (by_energy["cost_per_step"] > 0).all()
+
+
+def test_optimal_respects_max_slowdown(big_matmul):
+    fastest = estimator.optimal(big_matmul, "A100", "time")
+    best = estimator.optimal(big_matmul, "A100", "energy", max_slowdown=0.1)
+    assert best["time_s"] <= fastest["time_s"] * 1.1 + 1e-12
+    unconstrained = estimator.optimal(big_matmul, "A100", "energy")
+    assert unconstrained["energy_j"] <= best["energy_j"] + 1e-12
+
+
+def test_interval_brackets_prediction(big_matmul):
+    est = estimator.estimate(big_matmul, "H100")
+    assert est.time_low_s <= est.time_s <= est.time_high_s
+    assert math.isfinite(est.time_high_s)
+
+
+def test_str_is_summary_table(big_matmul):
+    text = str(estimator.estimate(big_matmul, "A100", clock=1410))
+    assert "A100" in text and "1410 MHz" in text and "wall time" in text and "mm" in text
