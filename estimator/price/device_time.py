@@ -13,7 +13,7 @@ import numpy as np
 
 from ..catalog import GPUSpec
 from ..profile import RESIDUAL_FEATURES, Profile
-from .node_table import NodeTable
+from .node_table import NodeTable, map_values
 
 # What a GPU without a hardware path for a math mode runs instead (cuBLAS/cuDNN fall back).
 MATH_MODE_FALLBACK = {"fp8": "fp16", "int8": "fp16", "bf16": "fp32", "fp16": "fp32", "tf32": "fp32",
@@ -74,7 +74,7 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     tiles = np.ceil(np.maximum(m, 1) / GEMM_TILE) * np.ceil(np.maximum(nn, 1) / GEMM_TILE) * np.maximum(batch, 1)
     waves = np.ceil(tiles / gpu.sm_count)
     wave_eff = np.where(is_gemm, tiles / (waves * gpu.sm_count), 1.0)
-    align = np.array([ALIGN_ELEMENTS.get(mm, 1) for mm in mode], dtype=float) if n else np.zeros(0)
+    align = map_values(mode, ALIGN_ELEMENTS, 1.0)
     misaligned = is_gemm & ((np.mod(m, align) != 0) | (np.mod(nn, align) != 0) | (np.mod(k, align) != 0))
     x = np.empty((n, len(RESIDUAL_FEATURES)))
     x[:, 0] = 1.0
@@ -95,7 +95,7 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     The caller range-checks clocks; compute peaks scale linearly with the SM clock."""
     mode, notes = effective_math_modes(table, gpu)
     peaks = {m: gpu.peak_flops_per_s(m) for m in set(mode.tolist())}
-    peak_ref = np.array([peaks[m] for m in mode], dtype=float) if len(mode) else np.zeros(0)
+    peak_ref = map_values(mode, peaks, 0.0)
     peak = peak_ref * (np.asarray(clock_mhz, dtype=float) / gpu.peak_tflops_clock_mhz)
     compute = table.flops / peak
     memory = table.bytes / gpu.memory_bandwidth_bytes_per_s
@@ -104,10 +104,9 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     log_eff = np.zeros(len(table))
     coef_var = np.zeros(len(table))
     resid_var = np.zeros(len(table))
-    residual_cat = np.where(np.isin(table.category, list(profile.residuals)), table.category, "default")
-    for cat in set(residual_cat.tolist()):
-        sel = residual_cat == cat
-        fit = profile.residuals[cat]
+    for cat in set(table.category.tolist()):
+        sel = table.category == cat
+        fit = profile.residuals.get(cat, profile.residuals["default"])
         beta = np.asarray(fit.coef)
         cov = np.asarray(fit.cov)
         xs = x[sel]

@@ -36,7 +36,7 @@ def host_costs(table: NodeTable, profile: Profile, launch: str, host_scale: floa
         if len(table):
             cost[0] = profile.host_op_s.get("graph_launch", 1e-05)
         return cost * host_scale
-    base = np.array([profile.host_op_s.get(c, profile.host_op_s["default"]) for c in table.category])
+    base = table.map_category(profile.host_op_s, profile.host_op_s["default"])
     cost = np.where(table.free | table.host_only, profile.host_only_op_s, base)
     extra_launch = profile.host_op_s.get("launch", 0.0) * np.maximum(table.kernels - 1, 0)
     cost = cost + np.where(table.free, 0.0, extra_launch)

@@ -34,13 +34,14 @@ class NodeTable:
     free: np.ndarray          # bool: metadata-only, no kernel, no host dispatch worth pricing
     host_only: np.ndarray     # bool: runs on the CPU only
     supported: np.ndarray     # bool
+    tensor_core: np.ndarray   # bool: FLOPs run on tensor cores (peak depends on the math mode)
 
     def __len__(self) -> int:
         return len(self.op)
 
-    @property
-    def tensor_core(self) -> np.ndarray:
-        return np.isin(self.category, list(TENSOR_CORE_CATEGORIES))
+    def map_category(self, values: Mapping[str, float], default: float) -> np.ndarray:
+        """One value per node looked up by its category (vectorised over the few distinct categories)."""
+        return map_values(self.category, values, default)
 
     @classmethod
     def from_records(cls, records: Iterable[Mapping[str, Any]], node_ids: Iterable[Any] | None = None) -> "NodeTable":
@@ -61,7 +62,16 @@ class NodeTable:
             free=np.asarray(col("free", False), dtype=bool),
             host_only=np.asarray(col("host_only", False), dtype=bool),
             supported=np.asarray(col("supported", True), dtype=bool),
+            tensor_core=np.asarray([r.get("category") in TENSOR_CORE_CATEGORIES for r in rows], dtype=bool),
         )
+
+
+def map_values(keys: np.ndarray, values: Mapping[str, float], default: float) -> np.ndarray:
+    """values[key] for every element of an object array of strings, default where absent."""
+    if len(keys) == 0:
+        return np.zeros(0)
+    uniq, inverse = np.unique(keys.astype(str), return_inverse=True)
+    return np.array([values.get(k, default) for k in uniq], dtype=float)[inverse]
 
 
 def check_annotated(graph: nx.DiGraph) -> None:
