@@ -1,0 +1,236 @@
+"""`estimator.capture.models.load_model`: spec forms, devices, dtypes, input shapes and errors."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import torchvision
+
+from estimator.capture.models import LoadedModel, list_models, load_model
+from estimator.capture.zoo import RecurrentLM
+from estimator.errors import ModelSpecError
+
+
+def _all_meta(model: torch.nn.Module) -> bool:
+    return all(t.device.type == "meta" for t in list(model.parameters()) + list(model.buffers()))
+
+
+# ---------------------------------------------------------------- torchvision
+
+def test_torchvision_default_is_meta_at_224():
+    lm = load_model("resnet50", batch=3)
+    assert isinstance(lm, LoadedModel)
+    assert (lm.name, lm.family, lm.batch) == ("resnet50", "vision", 3)
+    assert _all_meta(lm.model)
+    (x,) = lm.example_inputs
+    assert x.shape == (3, 3, 224, 224) and x.device.type == "meta" and x.dtype == torch.float32
+    assert sum(p.numel() for p in lm.model.parameters()) == 25_557_032  # resnet50's published count
+
+
+def test_inception_uses_its_own_input_size():
+    lm = load_model("inception_v3")
+    assert lm.example_inputs[0].shape == (1, 3, 299, 299)
+
+
+@pytest.mark.parametrize("size", [None, 64])
+def test_vit_image_size_reaches_constructor(size):
+    lm = load_model("vit_b_16", batch=2, image_size=size)
+    expected = size or 224
+    assert lm.model.image_size == expected
+    assert lm.example_inputs[0].shape == (2, 3, expected, expected)
+    # the position embedding has one token per 16x16 patch plus the class token
+    assert lm.model.encoder.pos_embedding.shape[1] == (expected // 16) ** 2 + 1
+
+
+def test_image_size_for_plain_cnn_only_changes_inputs():
+    lm = load_model("resnet18", batch=2, image_size=96)
+    assert lm.example_inputs[0].shape == (2, 3, 96, 96)
+
+
+def test_cpu_device_builds_a_real_model_that_runs():
+    lm = load_model("resnet18", batch=2, image_size=64, device="cpu")
+    assert all(p.device.type == "cpu" for p in lm.model.parameters())
+    assert lm.model.conv1.weight.abs().sum() > 0  # randomly initialised, not empty
+    with torch.no_grad():
+        out = lm.model.eval()(*lm.example_inputs)
+    assert out.shape == (2, 1000) and torch.isfinite(out).all()
+
+
+def test_dtype_casts_floating_params_and_inputs():
+    lm = load_model("resnet18", batch=1, image_size=32, dtype=torch.bfloat16)
+    assert {p.dtype for p in lm.model.parameters()} == {torch.bfloat16}
+    assert lm.model.bn1.num_batches_tracked.dtype == torch.int64  # integer buffers are left alone
+    assert lm.example_inputs[0].dtype == torch.bfloat16
+
+
+def test_list_models_torchvision():
+    assert list_models() == torchvision.models.list_models(module=torchvision.models)
+    assert "resnet50" in list_models("torchvision")
+    assert set(list_models("builtin")) == {"lstm", "gru"}
+    with pytest.raises(ValueError, match="torchvision, timm, hf"):
+        list_models("nope")
+
+
+def test_unknown_torchvision_name_suggests_close_matches():
+    with pytest.raises(ModelSpecError) as err:
+        load_model("resnet5")
+    msg = str(err.value)
+    assert "resnet5" in msg and "resnet50" in msg and "timm:" in msg
+
+
+# ---------------------------------------------------------------- timm
+
+def test_timm_input_size_from_pretrained_cfg():
+    pytest.importorskip("timm")
+    lm = load_model("timm:mobilevitv2_050", batch=2)
+    assert lm.name == "timm:mobilevitv2_050" and lm.family == "vision"
+    assert lm.example_inputs[0].shape == (2, *lm.model.pretrained_cfg["input_size"]) == (2, 3, 256, 256)
+    assert _all_meta(lm.model)
+
+
+def test_timm_unknown_name():
+    pytest.importorskip("timm")
+    with pytest.raises(ModelSpecError, match="convnext_tiny"):
+        load_model("timm:convnext_tinny")
+
+
+def test_timm_missing_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "timm", None)  # makes `import timm` raise ImportError
+    with pytest.raises(ModelSpecError, match=r'pip install "gpuest\[timm\]"'):
+        load_model("timm:resnet18")
+
+
+# ---------------------------------------------------------------- transformers
+
+@pytest.mark.parametrize("spec,cls_name,vocab", [
+    ("hf:gpt2", "GPT2LMHeadModel", 50257),
+    ("hf:bert-base-uncased", "BertForMaskedLM", 30522),
+    ("hf:llama", "LlamaForCausalLM", 32000),
+])
+def test_hf_shipped_configs(spec, cls_name, vocab):
+    pytest.importorskip("transformers")
+    lm = load_model(spec, batch=2, seq=24)
+    assert lm.name == spec and lm.family == "transformer" and type(lm.model).__name__ == cls_name
+    assert lm.model.config._attn_implementation == "sdpa"
+    assert lm.model.config.vocab_size == vocab
+    assert set(lm.example_inputs) == {"input_ids"}
+    ids = lm.example_inputs["input_ids"]
+    assert ids.shape == (2, 24) and ids.dtype == torch.int64 and ids.device.type == "meta"
+    assert _all_meta(lm.model)
+
+
+def test_hf_default_seq_and_real_ids_within_vocab():
+    pytest.importorskip("transformers")
+    assert load_model("hf:gpt2").example_inputs["input_ids"].shape == (1, 128)
+    lm = load_model("hf:llama", batch=2, seq=16, device="cpu")
+    ids = lm.example_inputs["input_ids"]
+    assert ids.min() >= 0 and ids.max() < lm.model.config.vocab_size
+    with torch.no_grad():
+        logits = lm.model.eval()(**lm.example_inputs).logits
+    assert logits.shape == (2, 16, 32000)
+
+
+def test_hf_llama_3b_is_about_3b_params_on_meta():
+    pytest.importorskip("transformers")
+    lm = load_model("hf:llama-3b")
+    n = sum(p.numel() for p in lm.model.parameters())
+    assert 3.0e9 < n < 3.4e9
+    assert _all_meta(lm.model)
+
+
+def test_hf_unknown_config_lists_shipped():
+    with pytest.raises(ModelSpecError) as err:
+        load_model("hf:gpt3")
+    msg = str(err.value)
+    for shipped in ("gpt2", "bert-base-uncased", "llama", "llama-3b"):
+        assert shipped in msg
+    assert set(list_models("hf")) >= {"hf:gpt2", "hf:bert-base-uncased", "hf:llama", "hf:llama-3b"}
+
+
+def test_hf_seq_beyond_positions_rejected():
+    pytest.importorskip("transformers")
+    with pytest.raises(ModelSpecError, match="1024"):
+        load_model("hf:gpt2", seq=2048)
+
+
+def test_transformers_missing_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(ModelSpecError, match=r'pip install "gpuest\[transformers\]"'):
+        load_model("hf:gpt2")
+
+
+def test_no_optional_imports_at_module_import():
+    code = ("import sys, estimator.capture.models, estimator.capture.zoo; "
+            "bad = [m for m in ('timm', 'transformers') if m in sys.modules]; assert not bad, bad")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+
+
+# ---------------------------------------------------------------- built-in recurrent models
+
+@pytest.mark.parametrize("cell,rnn_cls", [("lstm", torch.nn.LSTM), ("gru", torch.nn.GRU)])
+def test_zoo_recurrent(cell, rnn_cls):
+    lm = load_model(cell, batch=4)
+    assert lm.name == cell and lm.family == "recurrent" and isinstance(lm.model, RecurrentLM)
+    rnn = lm.model.rnn
+    assert type(rnn) is rnn_cls and rnn.num_layers == 2 and rnn.hidden_size == 512 and rnn.batch_first
+    assert lm.model.embedding.num_embeddings == 10000 and lm.model.head.out_features == 10000
+    (ids,) = lm.example_inputs
+    assert ids.shape == (4, 64) and ids.dtype == torch.int64
+    real = load_model(cell, batch=2, seq=8, device="cpu")
+    assert real.example_inputs[0].max() < 10000
+    with torch.no_grad():
+        assert real.model(*real.example_inputs).shape == (2, 8, 10000)
+
+
+# ---------------------------------------------------------------- path/to/file.py:factory
+
+def _write(tmp_path, body: str):
+    path = tmp_path / "my_model.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_file_factory_returning_module_and_inputs(tmp_path):
+    path = _write(tmp_path, """
+        import torch
+        def build():
+            return torch.nn.Linear(8, 4), (torch.randn(5, 8),)
+    """)
+    lm = load_model(f"{path}:build")
+    assert lm.name == "my_model.py:build" and lm.batch == 5
+    assert _all_meta(lm.model)
+    assert lm.example_inputs[0].shape == (5, 8)
+
+
+def test_file_factory_returning_module_only_gets_guessed_inputs(tmp_path):
+    path = _write(tmp_path, """
+        import torch
+        def build():
+            return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
+    """)
+    lm = load_model(f"{path}:build", batch=2)
+    assert lm.family == "vision" and lm.example_inputs[0].shape == (2, 3, 224, 224)
+
+
+def test_file_errors(tmp_path):
+    path = _write(tmp_path, """
+        import torch
+        def build():
+            return torch.nn.Linear(2, 2)
+        def not_a_model():
+            return 42
+    """)
+    with pytest.raises(ModelSpecError, match="does not exist"):
+        load_model(f"{tmp_path / 'missing.py'}:build")
+    with pytest.raises(ModelSpecError, match="no callable 'biuld'.*build"):
+        load_model(f"{path}:biuld")
+    with pytest.raises(ModelSpecError, match="returned int"):
+        load_model(f"{path}:not_a_model")
+    with pytest.raises(ModelSpecError, match="no factory"):
+        load_model(str(path))
