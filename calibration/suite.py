@@ -1,0 +1,794 @@
+"""The calibration grid: one small benchmark per (op, shape, dtype) the estimator prices.
+
+Every `Benchmark.build(device, seed)` returns a `Built`: the function that runs ONE op (or one
+small op group), a factory of input sets (the runner makes several when one set fits in L2), and
+how to trace the same call with `estimator.capture.trace` (by default: `fn` wrapped in a module).
+Builders never close over tensors in `fn` when the default trace is used: FakeTensorMode refuses
+real tensors, so everything `fn` touches must come in through its arguments.
+
+On a CPU device (dry runs) every size is capped to a few elements so the whole grid runs in
+seconds; names and `params` keep the GPU sizes.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+# Rough H100-class peaks, only used to estimate each benchmark's cost for --budget-s planning.
+_EST_PEAK_TFLOPS = {"fp32": 50.0, "tf32": 350.0, "bf16": 700.0, "fp16": 700.0, "none": 50.0}
+_EST_BW_BYTES_S = 2.5e12
+_EST_LAUNCH_MS = 0.006
+HOLDOUT_FRACTION = 0.2
+
+DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class TraceSpec:
+    """How the runner traces a benchmark: `trace(module, inputs, mode=..., optimizer=..., loss_fn=...)`.
+
+    phases: keep only nodes of these phases (e.g. ("optimizer",)).
+    skip: a second spec whose nodes are dropped from the front of this one's (the forward of an
+    autograd backward benchmark, so only the backward ops remain).
+    """
+
+    module: torch.nn.Module
+    inputs: tuple
+    mode: str = "inference"
+    optimizer: str | None = None
+    loss_fn: Callable[[Any], torch.Tensor] | None = None
+    phases: tuple[str, ...] | None = None
+    skip: "TraceSpec | None" = None
+
+
+@dataclass
+class Built:
+    """What a build returns. fn(*make_set(i)) runs the op once on input set i."""
+
+    fn: Callable[..., Any]
+    make_set: Callable[[int], tuple]
+    trace: TraceSpec | None = None
+    bytes_per_set: int | None = None  # override when inputs are not plain tensors (optimizers)
+    max_sets: int = 8
+
+
+@dataclass
+class Benchmark:
+    """One calibration point. kind: "device" (GPU time), "latency" (tiny op), "host_dispatch" (CPU enqueue cost)."""
+
+    name: str
+    category: str
+    params: dict[str, Any]
+    build: Callable[[torch.device, int], Built]
+    holdout: bool = False
+    kind: str = "device"
+    est_ms: float = 0.01  # estimated GPU time of one call on an H100, ms (planning only)
+    priority: int = 0  # lower runs first; budget trimming keeps the lowest
+    matmul_tf32: bool = False  # torch.set_float32_matmul_precision("high") when True, "highest" otherwise
+    cudnn_tf32: bool = True  # torch.backends.cudnn.allow_tf32 (torch's default: True)
+    trace_cost_s: float = 0.02  # CPU seconds to trace it (optimizers with many tensors take longer)
+
+
+# ---------------------------------------------------------------- helpers
+
+def _tiny(device: torch.device) -> bool:
+    return device.type != "cuda"
+
+
+def _d(x: int, device: torch.device, cap: int = 16) -> int:
+    """A dimension: `x` on the GPU, at most `cap` on CPU dry runs."""
+    return x if not _tiny(device) else max(1, min(x, cap))
+
+
+def _gen(device: torch.device, seed: int, i: int) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(seed * 1000 + i)
+    return g
+
+
+def _randn(shape: Sequence[int], dtype: torch.dtype, device: torch.device, seed: int, i: int) -> torch.Tensor:
+    return torch.randn(tuple(shape), dtype=dtype, device=device, generator=_gen(device, seed, i))
+
+
+def _est(flops: float, nbytes: float, mode: str = "fp32") -> float:
+    """Estimated ms of one call on an H100 (planning only)."""
+    return _EST_LAUNCH_MS + 1e3 * max(flops / (_EST_PEAK_TFLOPS.get(mode, 50.0) * 1e12), nbytes / _EST_BW_BYTES_S)
+
+
+class _FnModule(torch.nn.Module):
+    """Wraps a benchmark's fn so `trace` sees the same call on fake tensors."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+class _BackwardModule(torch.nn.Module):
+    """Runs fwd(*leaves) with grad enabled and, when `backward`, autograd.grad with the given dout."""
+
+    def __init__(self, fwd: Callable[..., torch.Tensor], n_grad: int, backward: bool) -> None:
+        super().__init__()
+        self.fwd, self.n_grad, self.backward = fwd, n_grad, backward
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        *leaves, dout = args
+        with torch.enable_grad():
+            grads = [t.requires_grad_() for t in leaves[:self.n_grad]]
+            out = self.fwd(*leaves)
+            if not self.backward:
+                return out
+            return torch.autograd.grad(out, grads, dout)
+
+
+def _backward_built(fwd: Callable[..., torch.Tensor], make_leaves: Callable[[int], tuple], n_grad: int) -> Built:
+    """A benchmark of the backward of `fwd` only: the forward runs once per input set at build time
+    (graph retained), the timed fn runs autograd.grad(out, leaves[:n_grad], dout, retain_graph=True)."""
+    def make_set(i: int) -> tuple:
+        leaves = make_leaves(i)
+        with torch.enable_grad():
+            grads = [t.requires_grad_() for t in leaves[:n_grad]]
+            out = fwd(*leaves)
+        dout = torch.randn_like(out)
+        return (out, dout, *grads)
+
+    def fn(out: torch.Tensor, dout: torch.Tensor, *grads: torch.Tensor) -> Any:
+        return torch.autograd.grad(out, grads, dout, retain_graph=True)
+
+    leaves0 = make_leaves(0)
+    with torch.no_grad():
+        out_meta = fwd(*[t.to("meta") for t in leaves0])
+    trace_inputs = (*[t.to("meta") for t in leaves0], torch.empty_like(out_meta, device="meta"))
+    spec = TraceSpec(_BackwardModule(fwd, n_grad, True), trace_inputs,
+                     skip=TraceSpec(_BackwardModule(fwd, n_grad, False), trace_inputs))
+    return Built(fn, make_set, spec)
+
+
+def _simple(fn: Callable[..., Any], shapes: Sequence[Sequence[int]], dtypes: Sequence[torch.dtype]) \
+        -> Callable[[torch.device, int], Built]:
+    def build(device: torch.device, seed: int) -> Built:
+        def make_set(i: int) -> tuple:
+            return tuple(_randn(s, dt, device, seed, i * 16 + j) for j, (s, dt) in enumerate(zip(shapes, dtypes)))
+        return Built(fn, make_set)
+    return build
+
+
+# ---------------------------------------------------------------- matmul
+
+def _matmul(out: list[Benchmark]) -> None:
+    square = [256, 512, 1024, 2048, 4096, 8192]
+    awkward = [(1000, 1000, 1000), (1023, 1023, 1023), (4097, 4097, 4097), (3000, 5000, 2000)]
+    skinny = [(1, 4096, 4096), (8, 4096, 4096), (32, 4096, 4096), (1, 11008, 4096), (8, 4096, 11008),
+              (32, 1024, 1024), (128, 4096, 4096), (512, 768, 768)]
+    rect = [(8192, 1024, 4096), (16384, 4096, 1024), (4096, 50257, 768), (2048, 8192, 8192), (65536, 256, 256)]
+    for mode in ("bf16", "fp16", "tf32", "fp32"):
+        dt = DTYPES[mode]
+        shapes = [(s, s, s) for s in square] + awkward + skinny + rect
+        if mode == "fp32":  # slow fp32 FMA: skip the largest
+            shapes = [s for s in shapes if s[0] * s[1] * s[2] <= 2 * 4096 ** 3]
+        for m, n, k in shapes:
+            fl = 2.0 * m * n * k
+            nb = (m * k + k * n + m * n) * dt.itemsize
+
+            def build(device: torch.device, seed: int, m=m, n=n, k=k, dt=dt) -> Built:
+                a_shape, b_shape = (_d(m, device), _d(k, device)), (_d(k, device), _d(n, device))
+                return _simple(torch.mm, [a_shape, b_shape], [dt, dt])(device, seed)
+            out.append(Benchmark(f"mm_{mode}_m{m}_n{n}_k{k}", "matmul", {"op": "mm", "dtype": mode, "m": m, "n": n,
+                                                                          "k": k}, build,
+                                 est_ms=_est(fl, nb, mode), matmul_tf32=mode == "tf32"))
+        # nn.Linear: addmm with bias, weight transposed (x @ W^T + b).
+        for tokens, fin, fout in [(1, 4096, 4096), (32, 768, 3072), (2048, 768, 3072), (8192, 4096, 4096),
+                                  (4096, 1024, 1000), (512, 2048, 2049)]:
+            fl = 2.0 * tokens * fin * fout
+            nb = (tokens * fin + fin * fout + tokens * fout) * dt.itemsize
+
+            def build(device: torch.device, seed: int, t=tokens, fi=fin, fo=fout, dt=dt) -> Built:
+                shapes = [(_d(t, device), _d(fi, device)), (_d(fo, device), _d(fi, device)), (_d(fo, device),)]
+                return _simple(F.linear, shapes, [dt] * 3)(device, seed)
+            out.append(Benchmark(f"linear_{mode}_t{tokens}_in{fin}_out{fout}", "matmul",
+                                 {"op": "linear", "dtype": mode, "tokens": tokens, "in": fin, "out": fout}, build,
+                                 est_ms=_est(fl, nb, mode), matmul_tf32=mode == "tf32"))
+        for b, m, n, k in [(8, 512, 512, 64), (96, 128, 128, 64), (32, 1024, 1024, 128), (4, 2048, 2048, 2048),
+                           (64, 197, 197, 64), (256, 64, 64, 32)]:
+            fl = 2.0 * b * m * n * k
+            nb = b * (m * k + k * n + m * n) * dt.itemsize
+
+            def build(device: torch.device, seed: int, b=b, m=m, n=n, k=k, dt=dt) -> Built:
+                shapes = [(_d(b, device, 4), _d(m, device), _d(k, device)),
+                          (_d(b, device, 4), _d(k, device), _d(n, device))]
+                return _simple(torch.bmm, shapes, [dt, dt])(device, seed)
+            out.append(Benchmark(f"bmm_{mode}_b{b}_m{m}_n{n}_k{k}", "matmul",
+                                 {"op": "bmm", "dtype": mode, "batch": b, "m": m, "n": n, "k": k}, build,
+                                 est_ms=_est(fl, nb, mode), matmul_tf32=mode == "tf32"))
+
+
+# ---------------------------------------------------------------- convolution
+
+_CONV_LAYERS = [
+    # (cin, cout, hw, kernel, stride, groups)
+    (3, 64, 224, 7, 2, 1), (64, 64, 56, 1, 1, 1), (64, 64, 56, 3, 1, 1), (64, 256, 56, 1, 1, 1),
+    (128, 128, 28, 3, 1, 1), (128, 128, 56, 3, 2, 1), (256, 256, 14, 3, 1, 1), (512, 512, 7, 3, 1, 1),
+    (1024, 256, 14, 1, 1, 1), (256, 1024, 14, 1, 1, 1), (512, 2048, 7, 1, 1, 1), (16, 16, 224, 3, 1, 1),
+    (32, 32, 112, 3, 1, 32), (144, 144, 56, 3, 2, 144), (960, 960, 7, 3, 1, 960), (384, 384, 28, 7, 1, 384),
+    (256, 256, 56, 3, 1, 32), (96, 200, 33, 5, 1, 1),
+]
+
+
+def _conv(out: list[Benchmark]) -> None:
+    for mode in ("tf32", "bf16"):
+        dt = DTYPES[mode]
+        for ci, (cin, cout, hw, kk, stride, groups) in enumerate(_CONV_LAYERS):
+            for batch in (1, 32) if ci % 3 else (1, 32, 128):
+                pad = kk // 2
+                ho = (hw + 2 * pad - kk) // stride + 1
+                fl = 2.0 * batch * cout * ho * ho * (cin // groups) * kk * kk
+                nb = (batch * cin * hw * hw + cout * (cin // groups) * kk * kk + batch * cout * ho * ho) * dt.itemsize
+                tag = f"c{cin}_{cout}_hw{hw}_k{kk}_s{stride}_g{groups}_n{batch}"
+                params = {"dtype": mode, "batch": batch, "cin": cin, "cout": cout, "hw": hw, "kernel": kk,
+                          "stride": stride, "groups": groups, "padding": pad}
+
+                def shapes(device: torch.device, batch=batch, cin=cin, cout=cout, hw=hw, kk=kk, groups=groups):
+                    g = groups if not _tiny(device) else (min(groups, 4) if groups > 1 else 1)
+                    ci_, co_ = (_d(cin, device, 8), _d(cout, device, 8))
+                    if g > 1:
+                        ci_, co_ = g * max(1, ci_ // g), g * max(1, co_ // g)
+                    return (_d(batch, device, 2), ci_, _d(hw, device, 12), _d(hw, device, 12)), \
+                        (co_, ci_ // g, kk, kk), g
+
+                def build_fwd(device: torch.device, seed: int, shapes=shapes, stride=stride, pad=pad, dt=dt) -> Built:
+                    xs, ws, g = shapes(device)
+                    return _simple(lambda x, w: F.conv2d(x, w, None, stride, pad, 1, g), [xs, ws], [dt, dt])(
+                        device, seed)
+                out.append(Benchmark(f"conv2d_fwd_{mode}_{tag}", "conv", {"op": "conv2d", **params}, build_fwd,
+                                     est_ms=_est(fl, nb, mode)))
+                if ci % 2 == 0 or batch == 32:
+                    def build_bwd(device: torch.device, seed: int, shapes=shapes, stride=stride, pad=pad,
+                                  dt=dt) -> Built:
+                        xs, ws, g = shapes(device)
+                        ho_ = (xs[2] + 2 * pad - ws[2]) // stride + 1
+                        ys = (xs[0], ws[0], ho_, ho_)
+
+                        def fn(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> Any:
+                            return torch.ops.aten.convolution_backward(
+                                dy, x, w, None, [stride, stride], [pad, pad], [1, 1], False, [0, 0], g,
+                                [True, True, False])
+                        return _simple(fn, [ys, xs, ws], [dt, dt, dt])(device, seed)
+                    out.append(Benchmark(f"conv2d_bwd_{mode}_{tag}", "conv", {"op": "conv2d_backward", **params},
+                                         build_bwd, est_ms=_est(2 * fl, 2 * nb, mode)))
+
+
+# ---------------------------------------------------------------- attention
+
+def _attention(out: list[Benchmark]) -> None:
+    shapes = [(1, 16, 512, 64), (8, 16, 1024, 64), (4, 32, 2048, 128), (1, 8, 4096, 128), (16, 12, 256, 64),
+              (2, 16, 8192, 64), (32, 12, 197, 64), (4, 8, 1000, 80)]
+    for mode in ("bf16", "fp16", "fp32"):
+        dt = DTYPES[mode]
+        for si, (b, h, s, dh) in enumerate(shapes):
+            if mode != "bf16" and si % 2:
+                continue
+            for causal in (False, True):
+                fl = 4.0 * b * h * s * s * dh * (0.5 if causal else 1.0)
+                nb = 4 * b * h * s * dh * dt.itemsize
+                params = {"dtype": mode, "batch": b, "heads": h, "seq": s, "head_dim": dh, "causal": causal}
+                tag = f"{mode}_b{b}_h{h}_s{s}_d{dh}{'_causal' if causal else ''}"
+
+                def leaves(device: torch.device, seed: int, i: int, b=b, h=h, s=s, dh=dh, dt=dt) -> tuple:
+                    shp = (_d(b, device, 2), _d(h, device, 2), _d(s, device, 16), _d(dh, device, 8))
+                    return tuple(_randn(shp, dt, device, seed, i * 4 + j) for j in range(3))
+
+                def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal=causal) -> torch.Tensor:
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+                def build_fwd(device: torch.device, seed: int, leaves=leaves, fwd=fwd) -> Built:
+                    return Built(fwd, lambda i: leaves(device, seed, i))
+
+                def build_bwd(device: torch.device, seed: int, leaves=leaves, fwd=fwd) -> Built:
+                    return _backward_built(fwd, lambda i: leaves(device, seed, i), 3)
+                out.append(Benchmark(f"sdpa_fwd_{tag}", "attention", {"op": "sdpa", **params}, build_fwd,
+                                     est_ms=_est(fl, nb, mode if mode != "fp32" else "tf32")))
+                if si < 6:
+                    out.append(Benchmark(f"sdpa_bwd_{tag}", "attention", {"op": "sdpa_backward", **params},
+                                         build_bwd, est_ms=_est(2.5 * fl, 2 * nb, mode if mode != "fp32" else "tf32")))
+
+
+# ---------------------------------------------------------------- RNN (cuDNN)
+
+class _RNNForward(torch.nn.Module):
+    def __init__(self, rnn: torch.nn.Module) -> None:
+        super().__init__()
+        self.rnn = rnn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.rnn(x)[0]
+
+
+def _rnn(out: list[Benchmark]) -> None:
+    configs = [(128, 32, 256, 256, 1), (64, 64, 512, 512, 2), (256, 8, 128, 1024, 1), (32, 128, 1024, 1024, 1),
+               (512, 16, 64, 128, 2)]
+    for cell in ("lstm", "gru"):
+        gates = 4 if cell == "lstm" else 3
+        for seq, batch, fin, hid, layers in configs:
+            fl = 2.0 * seq * batch * gates * hid * (fin + hid + (layers - 1) * 2 * hid)
+            nb = 4.0 * (seq * batch * (fin + hid) + gates * hid * (fin + hid) * layers)
+            params = {"cell": cell, "seq": seq, "batch": batch, "input": fin, "hidden": hid, "layers": layers,
+                      "dtype": "fp32"}
+            tag = f"{cell}_t{seq}_b{batch}_in{fin}_h{hid}_l{layers}"
+
+            def make(device: torch.device, cell=cell, fin=fin, hid=hid, layers=layers) -> torch.nn.Module:
+                cls = torch.nn.LSTM if cell == "lstm" else torch.nn.GRU
+                rnn = cls(_d(fin, device, 8), _d(hid, device, 8), layers, device=device)
+                trace_copy = _RNNForward(cls(_d(fin, device, 8), _d(hid, device, 8), layers, device="meta"))
+                return rnn, trace_copy
+
+            def xshape(device: torch.device, seq=seq, batch=batch, fin=fin) -> tuple:
+                return (_d(seq, device, 4), _d(batch, device, 2), _d(fin, device, 8))
+
+            def build_fwd(device: torch.device, seed: int, make=make, xshape=xshape) -> Built:
+                torch.manual_seed(seed)
+                rnn, meta = make(device)
+                rnn.eval()
+                return Built(lambda x: rnn(x)[0], lambda i: (_randn(xshape(device), torch.float32, device, seed, i),),
+                             TraceSpec(meta, (torch.empty(xshape(device), device="meta"),)))
+
+            def build_fb(device: torch.device, seed: int, make=make, xshape=xshape) -> Built:
+                torch.manual_seed(seed)
+                rnn, meta = make(device)
+                rnn.train()
+                params_ = list(rnn.parameters())
+
+                def fn(x: torch.Tensor) -> Any:
+                    with torch.enable_grad():
+                        return torch.autograd.grad(rnn(x)[0].sum(), params_)
+                return Built(fn, lambda i: (_randn(xshape(device), torch.float32, device, seed, i),),
+                             TraceSpec(meta, (torch.empty(xshape(device), device="meta"),), mode="training",
+                                       loss_fn=lambda y: y.sum()))
+            out.append(Benchmark(f"rnn_fwd_{tag}", "rnn", {"op": f"{cell}_forward", **params}, build_fwd,
+                                 est_ms=_est(fl, nb, "tf32") + 0.005 * seq * layers))
+            out.append(Benchmark(f"rnn_fwdbwd_{tag}", "rnn", {"op": f"{cell}_forward_backward", **params}, build_fb,
+                                 est_ms=3 * (_est(fl, nb, "tf32") + 0.005 * seq * layers)))
+
+
+# ---------------------------------------------------------------- memory-bound families
+
+_NUMELS = [2 ** 12, 2 ** 16, 2 ** 20, 2 ** 22, 2 ** 24, 2 ** 26, 3 * 10 ** 7 + 7]
+
+
+def _elementwise(out: list[Benchmark]) -> None:
+    unary = {"relu": torch.relu, "gelu": F.gelu, "sigmoid": torch.sigmoid, "silu": F.silu,
+             "dropout": lambda x: F.dropout(x, 0.1, True)}
+    binary = {"add": torch.add, "mul": torch.mul}
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for opname, fn in {**binary, **unary}.items():
+            arity = 2 if opname in binary else 1
+            numels = _NUMELS if mode == "fp32" or opname in ("add", "gelu") else _NUMELS[1::2]
+            for n in numels:
+                def build(device: torch.device, seed: int, n=n, fn=fn, arity=arity, dt=dt) -> Built:
+                    return _simple(fn, [(_d(n, device, 1024),)] * arity, [dt] * arity)(device, seed)
+                out.append(Benchmark(f"ew_{opname}_{mode}_n{n}", "elementwise",
+                                     {"op": opname, "dtype": mode, "numel": n}, build,
+                                     est_ms=_est(2.0 * n, (arity + 1) * n * dt.itemsize, mode)))
+
+
+def _reduction(out: list[Benchmark]) -> None:
+    shapes = [(1024, 1024), (8192, 8192), (32, 2 ** 20), (2 ** 20, 32), (4096, 50257), (64, 1000)]
+    for opname, fn in {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax}.items():
+        for r, c in shapes:
+            for dim in (-1, 0):
+                if opname != "sum" and dim == 0 and (r, c) not in ((8192, 8192), (2 ** 20, 32)):
+                    continue
+
+                def build(device: torch.device, seed: int, r=r, c=c, fn=fn, dim=dim) -> Built:
+                    return _simple(lambda x: fn(x, dim), [(_d(r, device), _d(c, device))], [torch.float32])(
+                        device, seed)
+                out.append(Benchmark(f"reduce_{opname}_fp32_{r}x{c}_dim{dim}", "reduction",
+                                     {"op": opname, "dtype": "fp32", "rows": r, "cols": c, "dim": dim}, build,
+                                     est_ms=_est(r * c, 4.0 * r * c)))
+    # softmax / log_softmax forward and backward (category "reduction" in the estimator)
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for opname, fn in {"softmax": F.softmax, "log_softmax": F.log_softmax}.items():
+            for r, c in [(4096, 1024), (16384, 4096), (8 * 16 * 512, 512), (8192, 50257), (128, 128)]:
+                if mode == "bf16" and opname == "log_softmax" and c != 50257:
+                    continue
+
+                def leaves(device: torch.device, seed: int, i: int, r=r, c=c, dt=dt) -> tuple:
+                    return (_randn((_d(r, device), _d(c, device)), dt, device, seed, i),)
+
+                def fwd(x: torch.Tensor, fn=fn) -> torch.Tensor:
+                    return fn(x, -1)
+                nb = 2.0 * r * c * dt.itemsize
+                params = {"op": opname, "dtype": mode, "rows": r, "cols": c}
+                out.append(Benchmark(f"{opname}_fwd_{mode}_{r}x{c}", "reduction", params,
+                                     lambda device, seed, leaves=leaves, fwd=fwd: Built(
+                                         fwd, lambda i: leaves(device, seed, i)),
+                                     est_ms=_est(5.0 * r * c, nb)))
+                out.append(Benchmark(f"{opname}_bwd_{mode}_{r}x{c}", "reduction",
+                                     {**params, "op": opname + "_backward"},
+                                     lambda device, seed, leaves=leaves, fwd=fwd: _backward_built(
+                                         fwd, lambda i: leaves(device, seed, i), 1),
+                                     est_ms=_est(3.0 * r * c, 1.5 * nb)))
+
+
+def _norm(out: list[Benchmark]) -> None:
+    # batch norm (training statistics), NCHW
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for n, c, hw in [(32, 64, 112), (32, 256, 56), (128, 512, 28), (8, 2048, 7), (1, 64, 56), (64, 96, 35)]:
+            numel = n * c * hw * hw
+
+            def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, dt=dt) -> tuple:
+                cc = _d(c, device, 4)
+                return (_randn((_d(n, device, 2), cc, _d(hw, device, 6), _d(hw, device, 6)), dt, device, seed, i),
+                        torch.ones(cc, dtype=dt, device=device), torch.zeros(cc, dtype=dt, device=device),
+                        torch.zeros(cc, dtype=dt, device=device), torch.ones(cc, dtype=dt, device=device))
+
+            def bn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, rm: torch.Tensor, rv: torch.Tensor) \
+                    -> torch.Tensor:
+                return F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1)
+            params = {"dtype": mode, "batch": n, "channels": c, "hw": hw}
+            tag = f"{mode}_n{n}_c{c}_hw{hw}"
+            out.append(Benchmark(f"batchnorm_fwd_{tag}", "norm", {"op": "batch_norm", **params},
+                                 lambda device, seed, leaves=leaves: Built(bn, lambda i: leaves(device, seed, i)),
+                                 est_ms=_est(5.0 * numel, 3.0 * numel * dt.itemsize)))
+            out.append(Benchmark(f"batchnorm_bwd_{tag}", "norm", {"op": "batch_norm_backward", **params},
+                                 lambda device, seed, leaves=leaves: _backward_built(
+                                     bn, lambda i: leaves(device, seed, i), 3),
+                                 est_ms=_est(8.0 * numel, 4.0 * numel * dt.itemsize)))
+    # layer norm over the last dim
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for tokens, dim in [(2048, 768), (8192, 4096), (1, 4096), (32768, 1024), (4 * 197, 384), (16384, 50)]:
+            numel = tokens * dim
+
+            def leaves(device: torch.device, seed: int, i: int, tokens=tokens, dim=dim, dt=dt) -> tuple:
+                d_ = _d(dim, device)
+                return (_randn((_d(tokens, device), d_), dt, device, seed, i), torch.ones(d_, dtype=dt, device=device),
+                        torch.zeros(d_, dtype=dt, device=device))
+
+            def ln(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+                return F.layer_norm(x, (x.shape[-1],), w, b)
+            params = {"dtype": mode, "tokens": tokens, "dim": dim}
+            tag = f"{mode}_t{tokens}_d{dim}"
+            out.append(Benchmark(f"layernorm_fwd_{tag}", "norm", {"op": "layer_norm", **params},
+                                 lambda device, seed, leaves=leaves: Built(ln, lambda i: leaves(device, seed, i)),
+                                 est_ms=_est(5.0 * numel, 2.0 * numel * dt.itemsize)))
+            out.append(Benchmark(f"layernorm_bwd_{tag}", "norm", {"op": "layer_norm_backward", **params},
+                                 lambda device, seed, leaves=leaves: _backward_built(
+                                     ln, lambda i: leaves(device, seed, i), 3),
+                                 est_ms=_est(8.0 * numel, 3.0 * numel * dt.itemsize)))
+    # group norm
+    for n, c, hw, groups in [(8, 256, 64, 32), (32, 128, 32, 32), (2, 512, 128, 32), (16, 64, 56, 8)]:
+        numel = n * c * hw * hw
+
+        def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, groups=groups) -> tuple:
+            cc = _d(c, device, 8)
+            return (_randn((_d(n, device, 2), cc, _d(hw, device, 6), _d(hw, device, 6)), torch.float32, device, seed,
+                           i), torch.ones(cc, device=device), torch.zeros(cc, device=device))
+
+        def gn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, groups=groups) -> torch.Tensor:
+            g = groups if x.shape[1] % groups == 0 else 1
+            return F.group_norm(x, g, w, b)
+        params = {"dtype": "fp32", "batch": n, "channels": c, "hw": hw, "groups": groups}
+        tag = f"fp32_n{n}_c{c}_hw{hw}_g{groups}"
+        out.append(Benchmark(f"groupnorm_fwd_{tag}", "norm", {"op": "group_norm", **params},
+                             lambda device, seed, leaves=leaves, gn=gn: Built(gn, lambda i: leaves(device, seed, i)),
+                             est_ms=_est(5.0 * numel, 8.0 * numel)))
+        out.append(Benchmark(f"groupnorm_bwd_{tag}", "norm", {"op": "group_norm_backward", **params},
+                             lambda device, seed, leaves=leaves, gn=gn: _backward_built(
+                                 gn, lambda i: leaves(device, seed, i), 3),
+                             est_ms=_est(8.0 * numel, 12.0 * numel)))
+
+
+def _pool(out: list[Benchmark]) -> None:
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for n, c, hw in [(32, 64, 112), (128, 64, 112), (1, 64, 112), (16, 192, 56), (64, 256, 28)]:
+            numel = n * c * hw * hw
+
+            def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, dt=dt) -> tuple:
+                return (_randn((_d(n, device, 2), _d(c, device, 4), _d(hw, device, 8), _d(hw, device, 8)), dt, device,
+                               seed, i),)
+
+            def mp(x: torch.Tensor) -> torch.Tensor:
+                return F.max_pool2d(x, 3, 2, 1)
+            params = {"dtype": mode, "batch": n, "channels": c, "hw": hw}
+            tag = f"{mode}_n{n}_c{c}_hw{hw}"
+            out.append(Benchmark(f"maxpool_fwd_{tag}", "pool", {"op": "max_pool2d_3x3s2", **params},
+                                 lambda device, seed, leaves=leaves: Built(mp, lambda i: leaves(device, seed, i)),
+                                 est_ms=_est(9.0 * numel / 4, 1.25 * numel * dt.itemsize)))
+            out.append(Benchmark(f"maxpool_bwd_{tag}", "pool", {"op": "max_pool2d_3x3s2_backward", **params},
+                                 lambda device, seed, leaves=leaves: _backward_built(
+                                     mp, lambda i: leaves(device, seed, i), 1),
+                                 est_ms=_est(numel, 2.0 * numel * dt.itemsize)))
+    for n, c, hw in [(32, 2048, 7), (128, 512, 14), (1, 1280, 7), (64, 256, 56)]:
+        numel = n * c * hw * hw
+
+        def build(device: torch.device, seed: int, n=n, c=c, hw=hw) -> Built:
+            return _simple(lambda x: F.adaptive_avg_pool2d(x, 1),
+                           [(_d(n, device, 2), _d(c, device, 4), _d(hw, device, 8), _d(hw, device, 8))],
+                           [torch.float32])(device, seed)
+        out.append(Benchmark(f"adaptive_avgpool_fp32_n{n}_c{c}_hw{hw}", "pool",
+                             {"op": "adaptive_avg_pool2d", "dtype": "fp32", "batch": n, "channels": c, "hw": hw},
+                             build, est_ms=_est(numel, 4.0 * numel)))
+
+        def build_avg(device: torch.device, seed: int, n=n, c=c, hw=hw) -> Built:
+            return _simple(lambda x: F.avg_pool2d(x, 2),
+                           [(_d(n, device, 2), _d(c, device, 4), _d(hw, device, 8) // 2 * 2,
+                             _d(hw, device, 8) // 2 * 2)], [torch.float32])(device, seed)
+        if hw % 2 == 0:
+            out.append(Benchmark(f"avgpool2x2_fp32_n{n}_c{c}_hw{hw}", "pool",
+                                 {"op": "avg_pool2d_2x2", "dtype": "fp32", "batch": n, "channels": c, "hw": hw},
+                                 build_avg, est_ms=_est(numel, 5.0 * numel)))
+
+
+def _embedding(out: list[Benchmark]) -> None:
+    for vocab, dim, tokens, mode in [(50257, 768, 8192, "fp32"), (32000, 4096, 8192, "bf16"), (1000, 64, 4096, "fp32"),
+                                     (250000, 1024, 2048, "bf16"), (30522, 768, 512 * 32, "fp32"),
+                                     (50257, 768, 1, "fp32")]:
+        dt = DTYPES[mode]
+        nb = tokens * dim * dt.itemsize * 2
+
+        def build_fwd(device: torch.device, seed: int, vocab=vocab, dim=dim, tokens=tokens, dt=dt) -> Built:
+            v, d = _d(vocab, device, 64), _d(dim, device)
+
+            def make_set(i: int) -> tuple:
+                idx = torch.randint(0, v, (_d(tokens, device),), device=device, generator=_gen(device, seed, i))
+                return idx, _randn((v, d), dt, device, seed, 100 + i)
+            return Built(F.embedding, make_set)
+
+        def build_bwd(device: torch.device, seed: int, vocab=vocab, dim=dim, tokens=tokens, dt=dt) -> Built:
+            v, d = _d(vocab, device, 64), _d(dim, device)
+
+            def make_set(i: int) -> tuple:
+                t = _d(tokens, device)
+                idx = torch.randint(0, v, (t,), device=device, generator=_gen(device, seed, i))
+                return _randn((t, d), dt, device, seed, 100 + i), idx
+
+            def fn(grad: torch.Tensor, idx: torch.Tensor, v=v) -> torch.Tensor:
+                return torch.ops.aten.embedding_dense_backward(grad, idx, v, -1, False)
+            return Built(fn, make_set)
+        params = {"dtype": mode, "vocab": vocab, "dim": dim, "tokens": tokens}
+        tag = f"{mode}_v{vocab}_d{dim}_t{tokens}"
+        out.append(Benchmark(f"embedding_fwd_{tag}", "embedding", {"op": "embedding", **params}, build_fwd,
+                             est_ms=_est(0, nb)))
+        out.append(Benchmark(f"embedding_bwd_{tag}", "embedding", {"op": "embedding_dense_backward", **params},
+                             build_bwd, est_ms=_est(0, nb + vocab * dim * 4.0)))
+
+
+def _copy(out: list[Benchmark]) -> None:
+    for n in _NUMELS:
+        def build(device: torch.device, seed: int, n=n) -> Built:
+            return _simple(lambda x: x.to(torch.bfloat16), [(_d(n, device, 1024),)], [torch.float32])(device, seed)
+        out.append(Benchmark(f"cast_fp32_to_bf16_n{n}", "copy", {"op": "to_bf16", "dtype": "fp32", "numel": n},
+                             build, est_ms=_est(0, 6.0 * n)))
+    for n in _NUMELS[1::2]:
+        def build(device: torch.device, seed: int, n=n) -> Built:
+            return _simple(lambda x: x.to(torch.float32), [(_d(n, device, 1024),)], [torch.bfloat16])(device, seed)
+        out.append(Benchmark(f"cast_bf16_to_fp32_n{n}", "copy", {"op": "to_fp32", "dtype": "bf16", "numel": n},
+                             build, est_ms=_est(0, 6.0 * n)))
+    for r, c in [(1024, 1024), (4096, 4096), (8192, 8192), (1000, 3001), (64, 65536)]:
+        def build(device: torch.device, seed: int, r=r, c=c) -> Built:
+            return _simple(lambda x: x.t().contiguous(), [(_d(r, device), _d(c, device))], [torch.float32])(
+                device, seed)
+        out.append(Benchmark(f"transpose_contig_fp32_{r}x{c}", "copy",
+                             {"op": "transpose_contiguous", "dtype": "fp32", "rows": r, "cols": c}, build,
+                             est_ms=_est(0, 8.0 * r * c)))
+    for n, c, hw in [(32, 64, 56), (128, 256, 14), (8, 3, 224)]:
+        def build(device: torch.device, seed: int, n=n, c=c, hw=hw) -> Built:
+            return _simple(lambda x: x.permute(0, 2, 3, 1).contiguous(),
+                           [(_d(n, device, 2), _d(c, device, 4), _d(hw, device, 8), _d(hw, device, 8))],
+                           [torch.bfloat16])(device, seed)
+        out.append(Benchmark(f"nchw_to_nhwc_bf16_n{n}_c{c}_hw{hw}", "copy",
+                             {"op": "permute_contiguous", "dtype": "bf16", "batch": n, "channels": c, "hw": hw},
+                             build, est_ms=_est(0, 4.0 * n * c * hw * hw)))
+    for parts, n in [(2, 2 ** 20), (8, 2 ** 20), (2, 2 ** 24), (32, 2 ** 14), (4, 3 * 10 ** 6 + 1)]:
+        def build(device: torch.device, seed: int, parts=parts, n=n) -> Built:
+            return _simple(lambda *ts: torch.cat(ts, 0), [(_d(n, device, 256),)] * parts,
+                           [torch.float32] * parts)(device, seed)
+        out.append(Benchmark(f"cat_fp32_{parts}x{n}", "copy", {"op": "cat", "dtype": "fp32", "parts": parts,
+                                                                "numel": n}, build,
+                             est_ms=_est(0, 8.0 * parts * n)))
+
+
+# ---------------------------------------------------------------- optimizers
+
+class _Params(torch.nn.Module):
+    """Parameters of given shapes on the meta device: only their shapes matter to the trace."""
+
+    def __init__(self, shapes: Sequence[tuple[int, ...]]) -> None:
+        super().__init__()
+        self.ps = torch.nn.ParameterList([torch.nn.Parameter(torch.empty(s, device="meta")) for s in shapes])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return sum(p.sum() for p in self.ps) * x
+
+
+OPTIMIZER_FACTORIES = {
+    # Must match estimator.capture.trace.OPTIMIZERS so the traced step is the timed step.
+    "adamw": lambda params: torch.optim.AdamW(params, lr=1e-3, foreach=True),
+    "sgd": lambda params: torch.optim.SGD(params, lr=1e-2, momentum=0.9, foreach=True),
+}
+
+
+def _optimizer(out: list[Benchmark]) -> None:
+    for opt_name, states in (("adamw", 4), ("sgd", 3)):
+        for count, size in [(10, 2 ** 20), (100, 100_000), (200, 2 ** 20), (1000, 10_000), (50, 4 * 2 ** 20),
+                            (150, 65_537), (4, 25_000_000)]:
+            if opt_name == "sgd" and count in (1000, 150):
+                continue
+            nb = count * size * 4.0 * (2 * states - 1)
+
+            def build(device: torch.device, seed: int, opt_name=opt_name, count=count, size=size) -> Built:
+                c, s = (_d(count, device, 12), _d(size, device, 64))
+
+                def make_set(i: int) -> tuple:
+                    params = [torch.zeros(s, device=device, requires_grad=True) for _ in range(c)]
+                    g = _gen(device, seed, i)
+                    for p in params:
+                        p.grad = torch.randn(s, device=device, generator=g)
+                    opt = OPTIMIZER_FACTORIES[opt_name](params)
+                    opt.step()  # creates the state: the timed steps are steady-state ones
+                    return (opt,)
+                spec = TraceSpec(_Params([(s,)] * c), (torch.ones((), device="meta"),), mode="training",
+                                 optimizer=opt_name, phases=("optimizer",))
+                return Built(lambda opt: opt.step(), make_set, spec,
+                             bytes_per_set=int(c * s * 4 * states))
+            out.append(Benchmark(f"optim_{opt_name}_foreach_{count}x{size}", "optimizer",
+                                 {"op": opt_name, "foreach": True, "dtype": "fp32", "tensors": count, "numel": size},
+                                 build, est_ms=_est(0, nb) + 0.01 * count * 8 / 30,
+                                 trace_cost_s=0.05 + count * 0.004))
+
+
+# ---------------------------------------------------------------- latency and host-dispatch probes
+
+def _probes(out: list[Benchmark]) -> None:
+    tiny = {
+        "add": (torch.add, [(1,), (1,)], "elementwise"),
+        "relu": (torch.relu, [(1,)], "elementwise"),
+        "mm": (torch.mm, [(1, 1), (1, 1)], "matmul"),
+        "sum": (torch.sum, [(1,)], "reduction"),
+    }
+    for opname, (fn, shapes, cat) in tiny.items():
+        out.append(Benchmark(f"latency_{opname}_1elem", cat, {"op": opname, "dtype": "fp32", "numel": 1},
+                             _simple(fn, shapes, [torch.float32] * len(shapes)), kind="latency", est_ms=0.005))
+    probes = {
+        "add": (torch.add, [(1,), (1,)], "elementwise"),
+        "linear": (F.linear, [(1, 512), (512, 512), (512,)], "matmul"),
+        "conv2d": (lambda x, w: F.conv2d(x, w, None, 1, 1), [(1, 16, 8, 8), (16, 16, 3, 3)], "conv"),
+        "layer_norm": (lambda x, w, b: F.layer_norm(x, (512,), w, b), [(1, 512), (512,), (512,)], "norm"),
+        "foreach_add_100": (lambda *ts: torch._foreach_add(list(ts), 1.0), [(16,)] * 100, "optimizer"),
+    }
+    for opname, (fn, shapes, cat) in probes.items():
+        out.append(Benchmark(f"host_dispatch_{opname}", cat, {"op": opname, "dtype": "fp32", "shapes": shapes},
+                             _simple(fn, shapes, [torch.float32] * len(shapes)), kind="host_dispatch", est_ms=0.01))
+
+
+# ---------------------------------------------------------------- the grid
+
+def _bit_reverse_order(n: int) -> list[int]:
+    """Indices 0..n-1 in bit-reversed order: any prefix spreads evenly over the list (coarse to fine)."""
+    bits = max(1, math.ceil(math.log2(max(n, 2))))
+    keyed = sorted(range(n), key=lambda i: int(format(i, f"0{bits}b")[::-1], 2))
+    return keyed
+
+
+def _stable_hash(name: str) -> int:
+    return int(hashlib.sha1(name.encode()).hexdigest()[:12], 16)
+
+
+def all_benchmarks(categories: Iterable[str] | None = None) -> list[Benchmark]:
+    """The full grid, with holdout flags and priorities assigned deterministically.
+
+    Holdout: per category, the ~20 % of shapes with the smallest name hash (probes excluded).
+    Priority: per category, bit-reversed order of the designed list (a trimmed grid still spans it).
+    """
+    grid: list[Benchmark] = []
+    for family in (_matmul, _conv, _attention, _rnn, _elementwise, _reduction, _norm, _pool, _embedding, _copy,
+                   _optimizer, _probes):
+        family(grid)
+    by_cat: dict[str, list[Benchmark]] = {}
+    for b in grid:
+        by_cat.setdefault(b.category, []).append(b)
+    for cat, items in by_cat.items():
+        for rank, idx in enumerate(_bit_reverse_order(len(items))):
+            items[idx].priority = rank
+        device_items = [b for b in items if b.kind == "device"]
+        n_hold = round(HOLDOUT_FRACTION * len(device_items))
+        for b in sorted(device_items, key=lambda b: _stable_hash(b.name))[:n_hold]:
+            b.holdout = True
+        for b in items:  # probes first: they are cheap and every fit needs the latency floor
+            if b.kind != "device":
+                b.priority = -1
+    names = [b.name for b in grid]
+    if len(names) != len(set(names)):
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        raise AssertionError(f"duplicate benchmark names: {dupes}")
+    if categories is not None:
+        wanted = set(categories)
+        grid = [b for b in grid if b.category in wanted]
+    return grid
+
+
+TIME_ONLY_OVERHEAD_S = 0.08  # build, warm-up, the first timing pass, JSON: per benchmark, measured order of size
+POWER_WINDOW_S = 0.6
+
+
+def time_only_cost_s(b: Benchmark, dry_run: bool = False) -> float:
+    """Estimated wall seconds to build, trace and time `b` (no power window)."""
+    if dry_run:  # tiny CPU tensors: the trace and Python overhead dominate
+        return 0.04 + b.trace_cost_s
+    op_s = b.est_ms / 1e3
+    return TIME_ONLY_OVERHEAD_S + b.trace_cost_s + max(0.03, 25 * op_s) + (0.05 if b.kind == "host_dispatch" else 0)
+
+
+def power_cost_s(b: Benchmark, window_s: float = POWER_WINDOW_S) -> float:
+    return window_s + 0.05 + b.est_ms / 1e3
+
+
+def stratified_order(benchmarks: Sequence[Benchmark]) -> list[Benchmark]:
+    """Round-robin over categories, each in priority order: any prefix covers every category."""
+    by_cat: dict[str, list[Benchmark]] = {}
+    for b in sorted(benchmarks, key=lambda b: (b.priority, b.name)):
+        by_cat.setdefault(b.category, []).append(b)
+    order: list[Benchmark] = []
+    queues = [by_cat[c] for c in sorted(by_cat)]
+    i = 0
+    while any(queues):
+        for q in queues:
+            if i < len(q):
+                order.append(q[i])
+        i += 1
+        if all(i >= len(q) for q in queues):
+            break
+    return order
+
+
+@dataclass
+class Plan:
+    """Which benchmarks run, which get a power window, and the estimated wall time (s)."""
+
+    benchmarks: list[Benchmark]
+    power: set[str] = field(default_factory=set)
+    est_s: float = 0.0
+    dropped: int = 0
+
+
+def plan(benchmarks: Sequence[Benchmark], budget_s: float, *, power: bool = True, fixed_s: float = 20.0,
+         window_s: float = POWER_WINDOW_S, time_share: float = 0.7, min_power_ms: float = 0.02,
+         dry_run: bool = False) -> Plan:
+    """Trim the grid to `budget_s` deterministically.
+
+    Time-only measurements come first (they may use up to `time_share` of the budget after the fixed
+    start-up cost), then power windows go to benchmarks estimated at >= `min_power_ms` per call, in
+    stratified priority order, while the budget lasts.
+    """
+    order = stratified_order(benchmarks)
+    available = max(0.0, budget_s - fixed_s)
+    chosen: list[Benchmark] = []
+    spent = 0.0
+    for b in order:
+        cost = time_only_cost_s(b, dry_run)
+        if spent + cost > available * (time_share if power else 1.0) and chosen:
+            continue
+        chosen.append(b)
+        spent += cost
+    powered: set[str] = set()
+    if power:
+        for b in chosen:
+            if not dry_run and (b.kind != "device" or b.est_ms < min_power_ms):
+                continue
+            cost = power_cost_s(b, window_s) if not dry_run else window_s + 0.005
+            if spent + cost > available:
+                continue
+            powered.add(b.name)
+            spent += cost
+    return Plan(chosen, powered, fixed_s + spent, len(order) - len(chosen))

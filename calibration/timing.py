@@ -1,0 +1,175 @@
+"""Timing one op on the GPU (CUDA events) or, for dry runs, on the CPU (perf_counter)."""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+DEFAULT_L2_BYTES = 50 * 2**20  # used when torch cannot report the L2 size
+MIN_SAMPLE_MS = 0.2  # ops shorter than this are timed in back-to-back groups, so launch jitter averages out
+MAX_INNER = 200
+
+
+@dataclass(frozen=True)
+class TimingResult:
+    """Per-call time in ms: median and 10th/90th percentiles over `n` samples of `inner` calls each."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    n: int
+    inner: int = 1
+    rotate: int = 1
+
+
+def l2_cache_bytes(device: torch.device | None = None) -> int:
+    """L2 size of the CUDA device in bytes (DEFAULT_L2_BYTES when unknown or on CPU)."""
+    if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.device(device))
+        size = getattr(props, "L2_cache_size", 0)
+        if size:
+            return int(size)
+    return DEFAULT_L2_BYTES
+
+
+def input_bytes(inputs: Sequence[Any]) -> int:
+    """Bytes of the tensors in one input set (nested lists/tuples included, each storage once)."""
+    seen: set[int] = set()
+    total = 0
+    for t in torch.utils._pytree.tree_leaves(list(inputs)):
+        if isinstance(t, torch.Tensor):
+            key = t.untyped_storage().data_ptr() if t.device.type != "meta" else id(t)
+            if key in seen:
+                continue
+            seen.add(key)
+            total += t.untyped_storage().nbytes()
+    return total
+
+
+def rotation_for(bytes_per_set: int, l2_bytes: int, max_sets: int = 8) -> int:
+    """Input sets to rotate among so the sets together are >= 3x L2: each call then reads from DRAM."""
+    if bytes_per_set <= 0:
+        return 1
+    if bytes_per_set >= 3 * l2_bytes:
+        return 1
+    return int(min(max_sets, max(2, math.ceil(3 * l2_bytes / bytes_per_set))))
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _as_sets(make_inputs: Callable[[int], Sequence[Any]] | Sequence[Sequence[Any]], rotate: int) -> list:
+    if callable(make_inputs):
+        return [tuple(make_inputs(i)) for i in range(max(1, rotate))]
+    sets = [tuple(s) for s in make_inputs]
+    if not sets:
+        raise ValueError("time_op needs at least one input set")
+    return sets[:max(1, rotate)] if rotate else sets
+
+
+def time_op(fn: Callable[..., Any], make_inputs: Callable[[int], Sequence[Any]] | Sequence[Sequence[Any]], *,
+            warmup: int = 3, repeats: int = 20, rotate: int = 1, device: torch.device | str | None = None,
+            target_total_ms: float = 30.0, max_repeats: int = 100) -> TimingResult:
+    """Time `fn(*inputs)`, cycling through `rotate` input sets (given as a list, or made by
+    `make_inputs(i)`), so that small working sets are not served from L2.
+
+    CUDA: one pair of events brackets `inner` back-to-back calls per sample (inner > 1 only for
+    ops shorter than MIN_SAMPLE_MS). CPU (dry runs): time.perf_counter.
+    `repeats` is a minimum; more samples are taken, up to `max_repeats`, while the samples together
+    stay under `target_total_ms`.
+    """
+    sets = _as_sets(make_inputs, rotate)
+    dev = torch.device(device) if device is not None else _device_of(sets)
+    cuda = dev.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    k = len(sets)
+
+    def run(count: int, offset: int = 0) -> None:
+        for i in range(count):
+            fn(*sets[(offset + i) % k])
+
+    for i in range(max(1, warmup)):
+        fn(*sets[i % k])
+    sync()
+    # A rough per-call time decides the group size and the number of samples.
+    t0 = time.perf_counter()
+    run(k)
+    sync()
+    rough_ms = (time.perf_counter() - t0) * 1e3 / k
+    inner = 1 if rough_ms >= MIN_SAMPLE_MS else int(min(MAX_INNER, math.ceil(MIN_SAMPLE_MS / max(rough_ms, 1e-4))))
+    n = int(min(max_repeats, max(repeats, target_total_ms // max(rough_ms * inner, 1e-3))))
+    samples: list[float] = []
+    if cuda:
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        for j, (start, end) in enumerate(events):
+            start.record()
+            run(inner, j * inner)
+            end.record()
+        sync()
+        samples = [s.elapsed_time(e) / inner for s, e in events]
+    else:
+        for j in range(n):
+            t0 = time.perf_counter()
+            run(inner, j * inner)
+            samples.append((time.perf_counter() - t0) * 1e3 / inner)
+    return TimingResult(statistics.median(samples), _percentile(samples, 0.1), _percentile(samples, 0.9),
+                        len(samples), inner, k)
+
+
+def _device_of(sets: list) -> torch.device:
+    for t in torch.utils._pytree.tree_leaves([list(s) for s in sets]):
+        if isinstance(t, torch.Tensor):
+            return t.device
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _keep_gpu_busy(seconds: float, device: torch.device) -> None:
+    """Enqueue `seconds` of GPU work so the stream never drains while the host enqueues more."""
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        rate_hz = torch.cuda.get_device_properties(device).clock_rate * 1e3 if hasattr(
+            torch.cuda.get_device_properties(device), "clock_rate") else 2e9
+        sleep(int(seconds * rate_hz * 1.5))
+        return
+    # No _sleep in this build: a chain of large matmuls (~1 ms each on a datacenter GPU).
+    a = torch.randn(4096, 4096, device=device)
+    for _ in range(max(1, int(seconds / 1e-3))):
+        a = a @ a
+        a.mul_(1e-3)
+
+
+def host_dispatch_us(fn: Callable[..., Any], inputs: Sequence[Any], n: int = 200,
+                     device: torch.device | str | None = None) -> float:
+    """Host (CPU) time in microseconds to enqueue one `fn(*inputs)` while the GPU is kept busy,
+    so the measurement is the Python + dispatcher + launch cost, never waiting on the GPU."""
+    dev = torch.device(device) if device is not None else _device_of([tuple(inputs)])
+    inputs = tuple(inputs)
+    for _ in range(5):
+        fn(*inputs)
+    if dev.type != "cuda":
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn(*inputs)
+        return (time.perf_counter() - t0) * 1e6 / n
+    torch.cuda.synchronize()
+    # Rough host cost first, to size the busy period generously (x4 + 50 ms).
+    t0 = time.perf_counter()
+    for _ in range(10):
+        fn(*inputs)
+    rough_s = (time.perf_counter() - t0) / 10
+    torch.cuda.synchronize()
+    _keep_gpu_busy(rough_s * n * 4 + 0.05, dev)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn(*inputs)
+    elapsed = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return elapsed * 1e6 / n
