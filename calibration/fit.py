@@ -1,0 +1,285 @@
+"""Fit a calibration profile from the raw micro-benchmark rows (no GPU needed).
+
+Residual: per category, OLS (statsmodels) of log(measured / roofline) on the estimator's own
+residual features, so the fit corrects exactly what the estimator computes. Latency: the
+median time of tiny kernels. Host dispatch: the measured per-op enqueue cost per category.
+Power: non-negative least squares of window-average power on the predicted utilisations.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import statsmodels.api as sm
+from scipy.optimize import nnls
+
+from estimator.catalog import GPUSpec, get_gpu
+from estimator.errors import ProfileError
+from estimator.price.device_time import device_times
+from estimator.price.node_table import NodeTable
+from estimator.price.power import voltage_ratio
+from estimator.price.profile_choice import roofline_profile
+from estimator.profile import (PROFILE_SCHEMA, RESIDUAL_FEATURES, PowerFit, Profile, ResidualFit,
+                               prior_profile, profile_from_json)
+
+MIN_ROWS_PER_CATEGORY = 8
+TINY_BYTES = 64 * 1024          # a kernel moving less than this is pure latency on any modern GPU
+TINY_FLOPS = 1e5
+MIN_RESIDUAL_SHARE = 0.2        # measured time left after latency, as a floor fraction
+MEMORY_LIKE = ("elementwise", "reduction", "copy", "norm", "pool", "embedding", "optimizer", "other")
+
+
+@dataclass(frozen=True)
+class RawData:
+    meta: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+
+def load_raw(path: str | Path) -> RawData:
+    """Rows of a calibration run (JSONL) and its provenance (first-line meta or `<path>.meta.json`)."""
+    path = Path(path)
+    meta: dict[str, Any] = {}
+    rows = []
+    for i, line in enumerate(path.read_text().splitlines()):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ProfileError(f"{path}:{i + 1}: not valid JSON ({exc}); the file may be truncated — "
+                               "re-run the suite with --resume to complete it") from exc
+        if "meta" in str(row.get("schema", "")):
+            meta.update(row)
+        else:
+            rows.append(row)
+    sidecar = path.with_name(path.name + ".meta.json")
+    if sidecar.exists():
+        meta.update(json.loads(sidecar.read_text()))
+    return RawData(meta, rows)
+
+
+def usable(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if not r.get("error") and not r.get("dry_run") and r.get("nodes")
+            and (r.get("time_ms_median") or 0) > 0]
+
+
+def _device_nodes(row: dict[str, Any]) -> list[dict[str, Any]]:
+    return [n for n in row["nodes"] if not n.get("free") and not n.get("host_only")]
+
+
+def _row_clock(row: dict[str, Any], gpu: GPUSpec) -> float:
+    clock = row.get("sm_clock_mhz")
+    if isinstance(clock, (int, float)) and gpu.min_clock_mhz <= clock <= gpu.max_clock_mhz:
+        return float(clock)
+    return gpu.max_clock_mhz
+
+
+def kernel_latency_s(rows: list[dict[str, Any]]) -> float:
+    """Median time per kernel of the tiny benchmarks (bytes and FLOPs negligible)."""
+    per_kernel = []
+    for r in rows:
+        nodes = _device_nodes(r)
+        total_bytes = sum(n.get("bytes_read", 0) + n.get("bytes_written", 0) for n in nodes)
+        total_flops = sum(n.get("flops", 0) for n in nodes)
+        kernels = sum(n.get("kernels", 1) for n in nodes)
+        if nodes and kernels and total_bytes < TINY_BYTES and total_flops < TINY_FLOPS:
+            per_kernel.append(r["time_ms_median"] * 1e-3 / kernels)
+    if not per_kernel:
+        raise ProfileError("the calibration data has no tiny-kernel rows to measure kernel latency from")
+    return float(np.median(per_kernel))
+
+
+def host_costs(rows: list[dict[str, Any]], fallback: dict[str, float]) -> dict[str, float]:
+    """Per-category host dispatch cost (s) from the host probes; unmeasured categories keep the prior."""
+    by_cat: dict[str, list[float]] = {}
+    for r in rows:
+        us = r.get("host_dispatch_us")
+        if not isinstance(us, (int, float)) or us <= 0:
+            continue
+        nodes = _device_nodes(r) or r["nodes"]
+        cats = [n["category"] for n in nodes]
+        cat = max(set(cats), key=cats.count) if cats else "default"
+        by_cat.setdefault(cat, []).append(us * 1e-6 / max(len(nodes), 1))
+    out = dict(fallback)
+    out.update({c: float(np.median(v)) for c, v in by_cat.items()})
+    if "elementwise" in by_cat:
+        out["default"] = float(np.median(by_cat["elementwise"]))
+    return out
+
+
+@dataclass
+class RowFeatures:
+    category: str
+    y: float                     # log(measured_after_latency / roofline)
+    x: np.ndarray
+    holdout: bool
+    measured_s: float
+    row: dict[str, Any]
+
+
+def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float) -> list[RowFeatures]:
+    """One regression sample per benchmark: roofline-time-weighted features of its nodes."""
+    plain = roofline_profile()
+    out = []
+    for r in rows:
+        nodes = _device_nodes(r)
+        if not nodes:
+            continue
+        table = NodeTable.from_records(nodes)
+        times, _ = device_times(table, gpu, _row_clock(r, gpu), plain)
+        roof = times.roofline_s
+        total_roof = float(roof.sum())
+        if total_roof <= 0:
+            continue
+        measured = r["time_ms_median"] * 1e-3
+        after_latency = max(measured - float(table.kernels.sum()) * latency_s, MIN_RESIDUAL_SHARE * measured)
+        weights = roof / total_roof
+        cats = table.category
+        dominant = max(set(cats.tolist()), key=lambda c: roof[cats == c].sum())
+        out.append(RowFeatures(dominant, math.log(after_latency / total_roof), weights @ times.features,
+                               bool(r.get("holdout")), measured, r))
+    return out
+
+
+def fit_category(samples: list[RowFeatures]) -> ResidualFit:
+    """OLS on the features that vary in these samples; the others get coefficient 0."""
+    y = np.array([s.y for s in samples])
+    x = np.vstack([s.x for s in samples])
+    keep = [0] + [j for j in range(1, x.shape[1]) if np.ptp(x[:, j]) > 1e-9]
+    # Drop features that are (near-)collinear with the ones already kept.
+    kept: list[int] = []
+    for j in keep:
+        trial = kept + [j]
+        if np.linalg.matrix_rank(x[:, trial]) == len(trial):
+            kept.append(j)
+    model = sm.OLS(y, x[:, kept]).fit()
+    coef = np.zeros(x.shape[1])
+    cov = np.zeros((x.shape[1], x.shape[1]))
+    coef[kept] = model.params
+    cov[np.ix_(kept, kept)] = np.asarray(model.cov_params())
+    sigma = float(math.sqrt(max(model.scale, 0.0)))
+    r2 = float(model.rsquared) if len(kept) > 1 and np.isfinite(model.rsquared) else 0.0
+    return ResidualFit(tuple(map(float, coef)), tuple(tuple(map(float, row)) for row in cov), sigma, r2, len(y))
+
+
+def fit_residuals(samples: list[RowFeatures]) -> dict[str, ResidualFit]:
+    train = [s for s in samples if not s.holdout]
+    fits: dict[str, ResidualFit] = {}
+    for cat in sorted({s.category for s in train}):
+        cat_rows = [s for s in train if s.category == cat]
+        if len(cat_rows) >= MIN_ROWS_PER_CATEGORY:
+            fits[cat] = fit_category(cat_rows)
+    default_rows = [s for s in train if s.category in MEMORY_LIKE] or train
+    if not default_rows:
+        raise ProfileError("the calibration data has no usable timing rows")
+    fits["default"] = fit_category(default_rows)
+    return fits
+
+
+def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_ratio: float) -> PowerFit | None:
+    """NNLS of window power on (1, s(f)*u_tensor, s(f)*u_vector, u_memory) from measured utilisations."""
+    plain = roofline_profile()
+    xs, ys = [], []
+    for r in rows:
+        p = r.get("avg_power_w")
+        if not r.get("reliable") or not isinstance(p, (int, float)) or p <= 0:
+            continue
+        nodes = _device_nodes(r)
+        if not nodes:
+            continue
+        table = NodeTable.from_records(nodes)
+        clock = _row_clock(r, gpu)
+        times, _ = device_times(table, gpu, clock, plain)
+        t = r["time_ms_median"] * 1e-3
+        tc = table.tensor_core
+        u_tc = min(float((table.flops[tc] / times.peak_flops[tc]).sum()) / t, 1.0)
+        u_vec = min(float((table.flops[~tc] / times.peak_flops[~tc]).sum()) / t, 1.0)
+        u_mem = min(float(table.bytes.sum()) / gpu.memory_bandwidth_bytes_per_s / t, 1.0)
+        s = clock / gpu.max_clock_mhz * float(voltage_ratio(gpu, clock, v_min_ratio)) ** 2
+        xs.append([1.0, s * u_tc, s * u_vec, u_mem])
+        ys.append(p)
+    if len(ys) < 6:
+        return None
+    x, y = np.array(xs), np.array(ys)
+    coef, _ = nnls(x, y)
+    resid = y - x @ coef
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 else 0.0
+    return PowerFit(static_w=float(coef[0]), idle_w=float(idle_w), tensor_w=float(coef[1]),
+                    vector_w=float(coef[2]), memory_w=float(coef[3]),
+                    sigma_w=float(math.sqrt((resid ** 2).mean())), r2=r2, n=len(y), v_min_ratio=v_min_ratio)
+
+
+def holdout_errors(profile: Profile, samples: list[RowFeatures], gpu: GPUSpec) -> dict[str, list[float]]:
+    """Absolute percentage error of the full device-time model on held-out benchmarks, per category."""
+    errs: dict[str, list[float]] = {}
+    for s in samples:
+        if not s.holdout:
+            continue
+        table = NodeTable.from_records(_device_nodes(s.row))
+        times, _ = device_times(table, gpu, _row_clock(s.row, gpu), profile)
+        pred = float(times.device_s.sum())
+        errs.setdefault(s.category, []).append(abs(pred - s.measured_s) / s.measured_s * 100)
+    return errs
+
+
+def fit_profile(raw: RawData, *, command: str = "") -> Profile:
+    """A measured Profile from raw calibration data."""
+    rows = usable(raw.rows)
+    if not rows:
+        raise ProfileError("no usable calibration rows (all failed, dry-run, or without nodes)")
+    gpu_name = raw.meta.get("gpu_name") or raw.meta.get("gpu") or raw.meta.get("name")
+    if not gpu_name:
+        raise ProfileError("the calibration data names no GPU (meta field gpu_name)")
+    gpu = get_gpu(str(gpu_name))
+    prior = prior_profile()
+    latency = kernel_latency_s(rows)
+    samples = row_features(rows, gpu, latency)
+    residuals = fit_residuals(samples)
+    idle = raw.meta.get("idle_power_w")
+    power = fit_power(rows, gpu, float(idle) if isinstance(idle, (int, float)) else gpu.idle_power_w,
+                      prior.power.v_min_ratio if prior.power else 0.7)
+    host = host_costs(rows, dict(prior.host_op_s))
+    provenance = {k: raw.meta.get(k) for k in ("gpu_name", "driver_version", "cuda_version", "torch_version",
+                                                "date", "hostname", "command", "power_limit_w", "idle_power_w")
+                  if k in raw.meta}
+    provenance.update(fitted_by=command or "gpuest fit", fitted_rows=len(rows))
+    profile = Profile(gpu=gpu.name, kind="measured", kernel_latency_s=latency,
+                      graph_kernel_latency_s=min(prior.graph_kernel_latency_s, latency),
+                      host_op_s=host, host_backward_factor=prior.host_backward_factor,
+                      host_only_op_s=prior.host_only_op_s, residual_features=RESIDUAL_FEATURES,
+                      residuals=residuals, power=power or prior.power, provenance=provenance)
+    errs = holdout_errors(profile, samples, gpu)
+    with_holdout = {}
+    for cat, fit in residuals.items():
+        e = errs.get(cat, []) if cat != "default" else [v for c, vs in errs.items() if c not in residuals for v in vs]
+        with_holdout[cat] = ResidualFit(fit.coef, fit.cov, fit.sigma, fit.r2, fit.n,
+                                        float(np.median(e)) if e else None,
+                                        float(np.percentile(e, 90)) if e else None)
+    prov = dict(provenance, power_model="fitted" if power else "prior (too few reliable power windows)")
+    return Profile(**{**profile.__dict__, "residuals": with_holdout, "provenance": prov})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpuest fit", description="Fit a profile from raw calibration rows.")
+    parser.add_argument("raw", help="calibration JSONL written by `gpuest calibrate`")
+    parser.add_argument("-o", "--out", required=True, help="profile JSON to write")
+    args = parser.parse_args(argv)
+    profile = fit_profile(load_raw(args.raw), command=f"gpuest fit {args.raw} -o {args.out}")
+    profile.save(args.out)
+    profile_from_json(json.loads(Path(args.out).read_text()))  # what we wrote must load back
+    print(f"wrote {args.out}: {profile.gpu}, {len(profile.residuals)} residual fits, "
+          f"kernel latency {profile.kernel_latency_s * 1e6:.2f} us, power model "
+          f"{'fitted' if profile.provenance.get('power_model') == 'fitted' else 'prior'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
