@@ -62,6 +62,12 @@ def load_raw(path: str | Path) -> RawData:
     sidecar = path.with_name(path.name + ".meta.json")
     if sidecar.exists():
         meta.update(json.loads(sidecar.read_text()))
+    # The runner's sidecar lists one entry per (resumed) session; provenance is the first real one.
+    for session in meta.get("sessions", []):
+        if session.get("gpu_name"):
+            meta = {**session, **{k: v for k, v in meta.items() if k != "sessions"},
+                    "sessions": meta["sessions"]}
+            break
     return RawData(meta, rows)
 
 
@@ -235,7 +241,7 @@ def fit_profile(raw: RawData, *, command: str = "") -> Profile:
     rows = usable(raw.rows)
     if not rows:
         raise ProfileError("no usable calibration rows (all failed, dry-run, or without nodes)")
-    gpu_name = raw.meta.get("gpu_name") or raw.meta.get("gpu") or raw.meta.get("name")
+    gpu_name = raw.meta.get("catalog_gpu") or raw.meta.get("gpu_name")
     if not gpu_name:
         raise ProfileError("the calibration data names no GPU (meta field gpu_name)")
     gpu = get_gpu(str(gpu_name))

@@ -1,0 +1,99 @@
+"""The profile fit recovers known efficiencies from synthetic measurements (labelled synthetic:
+generated here from the roofline with chosen factors, not measured)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import estimator
+from calibration.fit import RawData, fit_profile, load_raw
+from estimator.catalog import get_gpu
+from estimator.errors import ProfileError
+from estimator.profile import load_profile, profile_from_json
+
+LATENCY_S = 3e-6
+FACTORS = {"matmul": 1.4, "elementwise": 1.25}
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+def _nodes(fn, *shapes, dtype=torch.bfloat16):
+    g = estimator.trace(Fn(fn), tuple(torch.empty(s, dtype=dtype, device="meta") for s in shapes))
+    return [d for _, d in g.nodes(data=True) if not d["free"]]
+
+
+def synthetic_rows(gpu_name: str = "H100", seed: int = 0) -> RawData:
+    gpu = get_gpu(gpu_name)
+    rng = np.random.default_rng(seed)
+    rows = []
+    specs = [("matmul", lambda a, b: a @ b, [(n, n), (n, n)]) for n in (256, 512, 1024, 2048, 4096, 6144, 8192)]
+    specs += [("matmul", lambda a, b: a @ b, [(m, 4096), (4096, 4096)]) for m in (64, 128, 384, 768, 3072)]
+    specs += [("elementwise", lambda a, b: a + b, [(n,), (n,)]) for n in (1 << 20, 1 << 22, 1 << 24, 1 << 26,
+                                                                         3 << 22, 5 << 22, 7 << 22, 1 << 25, 3 << 24)]
+    specs += [("latency", lambda a, b: a + b, [(1,), (1,)]) for _ in range(3)]
+    for i, (cat, fn, shapes) in enumerate(specs):
+        nodes = _nodes(fn, *shapes)
+        flops = sum(n["flops"] for n in nodes)
+        moved = sum(n["bytes_read"] + n["bytes_written"] for n in nodes)
+        roof = max(flops / gpu.peak_flops_per_s("bf16"), moved / gpu.memory_bandwidth_bytes_per_s)
+        t = LATENCY_S + roof * FACTORS.get(cat, 1.0) * math.exp(rng.normal(0, 0.02))
+        rows.append({"name": f"{cat}{i}", "category": cat, "holdout": i % 5 == 4, "nodes": nodes,
+                     "time_ms_median": t * 1e3, "error": None, "dry_run": False})
+    return RawData({"catalog_gpu": gpu.name, "idle_power_w": 70.0}, rows)
+
+
+def test_fit_recovers_latency_and_efficiency(tmp_path):
+    prof = fit_profile(synthetic_rows())
+    assert prof.kernel_latency_s == pytest.approx(LATENCY_S, rel=0.05)
+    assert prof.residuals["matmul"].n >= 8
+    # Off-sample matmuls are predicted with the chosen efficiency factor, within a few percent.
+    path = prof.save(tmp_path / "p.json")
+    loaded = load_profile(path)
+    for n in (3000, 5000):
+        g = estimator.trace(Fn(lambda a, b: a @ b), (torch.empty(n, n, dtype=torch.bfloat16, device="meta"),) * 2)
+        est = estimator.estimate(g, "H100", profile=loaded, launch="graph")
+        gpu = get_gpu("H100")
+        expected = LATENCY_S + 2 * n ** 3 / gpu.peak_flops_per_s("bf16") * FACTORS["matmul"]
+        assert est.device_time_s == pytest.approx(expected, rel=0.08)
+
+
+def test_fit_is_deterministic(tmp_path):
+    a = fit_profile(synthetic_rows()).to_json()
+    b = fit_profile(synthetic_rows()).to_json()
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def test_corrupt_profiles_are_rejected(tmp_path):
+    good = json.loads(json.dumps(fit_profile(synthetic_rows()).to_json()))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(good)[:-40])
+    with pytest.raises(ProfileError, match="not valid JSON"):
+        load_profile(bad)
+    with pytest.raises(ProfileError, match="schema"):
+        profile_from_json({**good, "schema": "gpuest.profile/0"})
+    broken = json.loads(json.dumps(good))
+    broken["residuals"]["matmul"]["coef"] = [1.0]
+    with pytest.raises(ProfileError, match="coef"):
+        profile_from_json(broken)
+    no_gpu = dict(good)
+    no_gpu.pop("gpu")
+    with pytest.raises(ProfileError, match="'gpu'"):
+        profile_from_json(no_gpu)
+
+
+def test_truncated_raw_file_names_the_line(tmp_path):
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text('{"name": "a", "nodes": []}\n{"name": "b", "no')
+    with pytest.raises(ProfileError, match=":2:.*resume"):
+        load_raw(raw)
