@@ -86,7 +86,33 @@ def trace_nodes(spec: TraceSpec) -> list[dict[str, Any]]:
         nodes = nodes[len(_graph_nodes(spec.skip)):]
     if spec.phases is not None:
         nodes = [n for n in nodes if n.get("phase") in spec.phases]
-    return [{k: n.get(k) for k in NODE_KEYS} for n in nodes if not n.get("free")]
+    return [{**{k: n.get(k) for k in NODE_KEYS}, "count": 1} for n in nodes if not n.get("free")]
+
+
+MAX_ROW_NODES = 256
+_SUMMED = ("flops", "bytes_read", "bytes_written", "kernels", "count")
+_GROUP_KEYS = ("op", "cpu_op", "category", "phase", "math_mode", "dtype", "host_only", "supported")
+
+
+def compact_nodes(nodes: list[dict[str, Any]], limit: int = MAX_ROW_NODES) -> tuple[list[dict[str, Any]], bool]:
+    """Keep rows small: more than `limit` nodes (a GRU traced step by step, an optimizer over 1000
+    tensors) are merged per (op, category, phase, math_mode, dtype); FLOPs, bytes, kernels and
+    `count` are summed, GEMM sizes kept only where every merged node agrees (else 0)."""
+    if len(nodes) <= limit:
+        return nodes, False
+    groups: dict[tuple, dict[str, Any]] = {}
+    for n in nodes:
+        key = tuple(n.get(k) for k in _GROUP_KEYS)
+        g = groups.get(key)
+        if g is None:
+            groups[key] = dict(n)
+            continue
+        for k in _SUMMED:
+            g[k] = (g.get(k) or 0) + (n.get(k) or 0)
+        for k in ("gemm_m", "gemm_n", "gemm_k", "gemm_batch", "input_shapes", "output_shapes"):
+            if g.get(k) != n.get(k):
+                g[k] = 0 if k.startswith("gemm") else "mixed"
+    return list(groups.values()), True
 
 
 def _default_spec(built: Built, inputs: Sequence[Any]) -> TraceSpec:
@@ -131,7 +157,7 @@ def _empty_row(b: Benchmark, *, dry_run: bool, session: int) -> dict[str, Any]:
         "schema": ROW_SCHEMA, "name": b.name, "category": b.category, "kind": b.kind, "params": b.params,
         "holdout": b.holdout, "dry_run": dry_run, "session": session,
         "matmul_tf32": b.matmul_tf32, "cudnn_tf32": b.cudnn_tf32,
-        "nodes": [], "trace_error": None,
+        "nodes": [], "n_nodes_traced": 0, "nodes_aggregated": False, "trace_error": None,
         "time_ms_median": None, "time_ms_p10": None, "time_ms_p90": None, "repeats": None, "inner": None,
         "rotate": None, "bytes_per_set": None, "host_dispatch_us": None,
     }
@@ -157,7 +183,9 @@ def run_benchmark(b: Benchmark, *, device: torch.device, monitor: Any | None, po
             row["bytes_per_set"] = nbytes
             try:
                 spec = built.trace if built.trace is not None else _default_spec(built, first)
-                row["nodes"] = trace_nodes(spec)
+                nodes = trace_nodes(spec)
+                row["n_nodes_traced"] = len(nodes)
+                row["nodes"], row["nodes_aggregated"] = compact_nodes(nodes)
             except Exception as exc:  # the trace is best effort: the timing is still worth keeping
                 row["trace_error"] = f"{type(exc).__name__}: {exc}"
             with torch.no_grad():

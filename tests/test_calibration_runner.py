@@ -240,3 +240,16 @@ def test_idle_power_settles() -> None:
     idle = mon.idle_power(0.2, settle_timeout_s=10.0, step_s=0.05)
     mon.close()
     assert idle == pytest.approx(80.0)
+
+
+def test_compact_nodes_sums_large_node_lists() -> None:
+    from calibration.runner import compact_nodes
+    node = {"op": "aten.add.Tensor", "cpu_op": "aten.add.Tensor", "category": "elementwise", "phase": "forward",
+            "math_mode": "fp32", "dtype": "float32", "flops": 2.0, "bytes_read": 8.0, "bytes_written": 4.0,
+            "gemm_m": 0, "gemm_n": 0, "gemm_k": 0, "gemm_batch": 1, "kernels": 1, "host_only": False,
+            "supported": True, "input_shapes": "1;1", "output_shapes": "1", "count": 1}
+    small, merged = compact_nodes([dict(node)] * 3)
+    assert not merged and len(small) == 3
+    big, merged = compact_nodes([dict(node) for _ in range(1000)], limit=256)
+    assert merged and len(big) == 1
+    assert big[0]["count"] == 1000 and big[0]["flops"] == 2000.0 and big[0]["kernels"] == 1000
