@@ -141,6 +141,44 @@ for _name, _cuda in CPU_ATTENTION.items():
         register_cost(_op)(lambda call, _p=_cuda, _b=_name.endswith("backward"): _attention(call, _p, _b))
 
 
+# Inference fast paths of nn.MultiheadAttention / nn.TransformerEncoderLayer (eval, no grad): one ATen op
+# that runs the projections, attention and (for the layer) the feed-forward block. FLOPs are those of its
+# GEMMs and attention, as FlopCounterMode counts them on the decomposed (slow) path; the traffic adds the
+# intermediates (qkv, attention output, FFN hidden) each written and read once.
+
+def _mha_parts(q: Any, k: Any, embed_dim: int) -> tuple[int, int, int, int]:
+    """(batch, query length, key length, embed dim) of a batch-first (or unbatched) MHA input."""
+    qs, ks = _shape(q), _shape(k)
+    lead = math.prod(qs[:-2]) if len(qs) > 2 else 1
+    s_q = qs[-2] if len(qs) >= 2 else 1
+    s_k = ks[-2] if len(ks) >= 2 else 1
+    return lead, s_q, s_k, int(embed_dim)
+
+
+@register_cost(*iter_ops(["_native_multi_head_attention"]))
+def _native_mha(call: OpCall) -> Cost:
+    q, k = call.args[0], call.args[1]
+    b, s_q, s_k, e = _mha_parts(q, k, call.args[3])
+    proj = 2.0 * b * e * e * (s_q + 2 * s_k) + 2.0 * b * s_q * e * e  # q, k, v and output projections
+    attn = 4.0 * b * s_q * s_k * e  # QK^T and PV over all heads
+    base = generic_cost(call, category="attention")
+    extra = (b * (s_q + 2 * s_k) * e + b * s_q * e) * 2.0 * q.element_size()
+    return Cost(proj + attn, base.bytes_read + extra / 2, base.bytes_written + extra / 2, "attention",
+                gemm_mnk=(b * s_q, 3 * e, e), gemm_batch=1, kernels=4)
+
+
+@register_cost(*iter_ops(["_transformer_encoder_layer_fwd"]))
+def _transformer_layer_fast(call: OpCall) -> Cost:
+    src = call.args[0]
+    b, s, _, e = _mha_parts(src, src, call.args[1])
+    ffn = _shape(call.args[14])[0]
+    flops = 2.0 * b * s * e * 3 * e + 4.0 * b * s * s * e + 2.0 * b * s * e * e + 4.0 * b * s * e * ffn
+    base = generic_cost(call, category="attention")
+    extra = (b * s * (3 * e + e + e + ffn + e)) * 2.0 * src.element_size()
+    return Cost(flops, base.bytes_read + extra / 2, base.bytes_written + extra / 2, "attention",
+                gemm_mnk=(b * s, ffn, e), gemm_batch=1, kernels=10)
+
+
 # ---------------------------------------------------------------- recurrent layers
 
 RNN_GATES = {0: 1, 1: 1, 2: 4, 3: 3}  # mkldnn/cudnn mode: RNN_RELU, RNN_TANH, LSTM, GRU
@@ -151,9 +189,9 @@ def _rnn_layer(call: OpCall) -> Cost:
     x, w_ih = call.args[0], call.args[1]
     mode = int(call.args[9])
     hidden = int(call.args[10])
-    batch_first = bool(call.args[14])
     shape = _shape(x)
-    steps, batch = (shape[1], shape[0]) if batch_first else (shape[0], shape[1])
+    # ATen hands the layer a time-major input whatever the module's batch_first flag says.
+    steps, batch = shape[0], shape[1]
     gates = RNN_GATES.get(mode, 4)
     in_size = _shape(w_ih)[1]
     flops = 2.0 * steps * batch * gates * hidden * (in_size + hidden) + 8.0 * steps * batch * gates * hidden
@@ -264,6 +302,20 @@ register_cost(*iter_ops([
 ]))(by_category("elementwise", flops_per_output=1.0))
 
 
+# Activations, selects and fills not all of whose overloads carry the `pointwise` tag
+# (e.g. hardswish, the *_backward ops, where, masked_fill): FLOPs per output element.
+for _names, _fl in [
+    (["hardswish", "hardswish_", "hardswish_backward", "hardsigmoid", "hardsigmoid_", "hardsigmoid_backward",
+      "relu", "relu_", "threshold", "threshold_backward", "hardtanh", "hardtanh_", "hardtanh_backward",
+      "leaky_relu", "leaky_relu_", "leaky_relu_backward", "prelu", "_prelu_kernel", "rrelu_with_noise",
+      "hardshrink", "softshrink", "where", "masked_fill", "masked_fill_", "rsub", "sign", "sgn"], 1.0),
+    (["_prelu_kernel_backward", "glu", "glu_backward", "_fused_dropout"], 2.0),
+    (["gelu", "gelu_", "gelu_backward", "elu", "elu_", "elu_backward", "celu", "celu_", "selu", "selu_",
+      "softplus", "softplus_backward", "log_sigmoid_forward", "log_sigmoid_backward", "erf", "pow"], 4.0),
+    (["mish", "mish_", "mish_backward"], 8.0),
+]:
+    register_cost(*iter_ops(_names))(by_category("elementwise", flops_per_output=_fl))
+
 # ---------------------------------------------------------------- foreach optimizer ops
 
 # Elements one foreach kernel launch covers per tensor list depth (ATen's MultiTensorApply limits).
@@ -306,3 +358,5 @@ mark_free(*iter_ops([
     "_assert_tensor_metadata", "_functional_assert_async", "record_stream", "_nested_tensor_size",
     "as_strided", "unsqueeze_", "squeeze_", "t_", "transpose_", "as_strided_",
 ]))
+# Splits that alias their input without view tracking (GRU/LSTM cells on the CPU use them): no kernel.
+mark_free(*iter_ops(["unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk"]))

@@ -106,7 +106,9 @@ class OpRecorder(TorchDispatchMode):
             self.sdpa_backends.add(backend)
         inputs, outputs = call.inputs, call.outputs
         producers = sorted({self._writer[k] for k in map(storage_key, inputs) if k in self._writer})
-        fused = self._fused_op(module) if cost.category != "view" else None
+        fused = self._fused_op(module)
+        if fused is not None and cost.category == "view":
+            return  # metadata ops inside a library call do not exist on the CUDA path
         if fused is not None:
             key = (self._fused_scope, self.phase)
             if self._fused_key == key and self.nodes:
