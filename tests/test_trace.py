@@ -1,0 +1,590 @@
+"""`estimator.capture.trace`: FLOPs against independent counters, coverage of real model zoos,
+training-step structure, precision handling, errors and serialisation. Everything runs on the CPU."""
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import networkx as nx
+import pytest
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch.utils import flop_counter as fc
+from torch.utils.flop_counter import FlopCounterMode
+
+from estimator.capture import default_loss, trace, unsupported_ops
+from estimator.capture.models import load_model
+from estimator.errors import TraceError
+
+aten = torch.ops.aten
+TENSOR_CORE = ("matmul", "conv", "attention", "rnn")
+REPO = Path(__file__).resolve().parents[1]
+
+
+# trace() builds one fake tensor per parameter *name* (named_parameters(remove_duplicate=False)); for
+# models with tied weights (GPT-2 and BERT tie the LM head to the token embedding, as does Llama-3.2-3B)
+# functional_call(tie_weights=True) then raises "got multiple values for keys [...] which are tied".
+TIED_WEIGHTS_BUG = pytest.mark.xfail(strict=True, reason=(
+    "trace() bug: tied parameters get one fake tensor per name, functional_call rejects them "
+    "(GPT-2/BERT training then also hit the SDPA-dropout math fallback, see test_sdpa_with_dropout_*)"))
+
+
+def nodes(graph: nx.DiGraph, **match):
+    return [d for _, d in graph.nodes(data=True) if all(d[k] == v for k, v in match.items())]
+
+
+def flops(graph: nx.DiGraph, categories=TENSOR_CORE, phase: str | None = None) -> float:
+    return sum(d["flops"] for _, d in graph.nodes(data=True)
+               if d["category"] in categories and (phase is None or d["phase"] == phase))
+
+
+def positional(inputs):
+    """HF loaders return {"input_ids": ...}; input_ids is also the first positional argument of every
+    shipped HF model. Passed positionally because trace() currently drops dict inputs (see
+    test_dict_example_inputs_are_passed_as_kwargs)."""
+    return tuple(inputs.values()) if isinstance(inputs, dict) else inputs
+
+
+@pytest.fixture
+def mha_fastpath_off():
+    """nn.MultiheadAttention / TransformerEncoderLayer run one fused ATen op in eval+no_grad (the 'fast
+    path'). FlopCounterMode cannot see inside it (it counts 0 for it), so reference counts run the
+    decomposed path; our graph prices the fused op as the sum of its GEMMs and attention."""
+    previous = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    yield
+    torch.backends.mha.set_fastpath_enabled(previous)
+
+
+@pytest.fixture
+def restore_tf32():
+    saved = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
+    yield
+    torch.set_float32_matmul_precision(saved[0])
+    torch.backends.cudnn.allow_tf32 = saved[1]
+
+
+# ---------------------------------------------------------------- FLOPs vs torch's FlopCounterMode
+
+# On the CPU, SDPA runs `_scaled_dot_product_flash_attention_for_cpu`, which FlopCounterMode does not
+# know; give it torch's own flash-attention formula (the kernel the CUDA run uses).
+CPU_SDPA_FLOPS = {
+    aten._scaled_dot_product_flash_attention_for_cpu:
+        lambda q, k, v, *args, out_shape=None, **kwargs: fc.sdpa_flop_count(q, k, v),
+    aten._scaled_dot_product_flash_attention_for_cpu_backward:
+        lambda g, q, k, v, *args, out_shape=None, **kwargs: fc.sdpa_backward_flop_count(g, q, k, v),
+}
+
+
+def reference_flops(model: torch.nn.Module, inputs, training: bool) -> int:
+    args, kwargs = ((), inputs) if isinstance(inputs, dict) else (tuple(inputs), {})
+    was = model.training
+    model.train(training)
+    previous = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with FlopCounterMode(display=False, custom_mapping=CPU_SDPA_FLOPS) as counter:
+            if training:
+                default_loss(model(*args, **kwargs)).backward()
+            else:
+                with torch.no_grad():
+                    model(*args, **kwargs)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(previous)
+        model.train(was)
+    return counter.get_total_flops()
+
+
+def tiny_encoder():
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+    return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), (torch.randn(2, 16, 64),)
+
+
+FLOP_MODELS = {
+    "resnet18": lambda: load_model("resnet18", batch=2, image_size=64, device="cpu"),
+    "vit_b_16": lambda: load_model("vit_b_16", batch=2, image_size=64, device="cpu"),
+    "hf:llama": lambda: load_model("hf:llama", batch=2, seq=16, device="cpu"),
+    "tiny_encoder": tiny_encoder,
+}
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+@pytest.mark.parametrize("name", list(FLOP_MODELS))
+def test_tensor_core_flops_match_flop_counter_mode(name, mode):
+    if name.startswith("hf:"):
+        pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    built = FLOP_MODELS[name]()
+    model, inputs = (built.model, built.example_inputs) if hasattr(built, "model") else built
+    inputs = positional(inputs)
+    graph = trace(model, inputs, mode=mode)  # the fused MHA fast path is left on: its formula is checked too
+    expected = reference_flops(model, inputs, training=mode == "training")
+    assert expected > 0
+    assert graph.graph["total_tensor_core_flops"] == expected
+    assert flops(graph) == expected
+
+
+# ---------------------------------------------------------------- FLOPs vs fvcore
+
+FVCORE_GEMM_HANDLES = ("conv", "linear", "matmul", "bmm", "addmm", "einsum")
+
+
+@pytest.mark.parametrize("name", ["resnet50", "mobilenet_v3_large", "efficientnet_b0", "convnext_tiny", "vit_b_16"])
+def test_forward_gemm_flops_are_twice_fvcore_macs(name, mha_fastpath_off):
+    """fvcore counts multiply-adds, and also counts norms and pooling; it is restricted to its conv /
+    linear / matmul handles (convnext's and vit's layer_norm, the SE blocks' pooling are excluded). fvcore
+    has no handle for scaled_dot_product_attention (vit), so our attention nodes are left out too; with
+    the MHA fast path off, vit's projections are ordinary addmm nodes and are compared."""
+    fvcore_nn = pytest.importorskip("fvcore.nn")
+    torch.manual_seed(0)
+    lm = load_model(name, batch=1, image_size=64, device="cpu")
+    model = lm.model.eval()
+    logging.getLogger("fvcore").setLevel(logging.ERROR)
+    analysis = fvcore_nn.FlopCountAnalysis(model, lm.example_inputs)
+    analysis.unsupported_ops_warnings(False)
+    analysis.uncalled_modules_warnings(False)
+    macs = sum(v for k, v in analysis.by_operator().items() if k in FVCORE_GEMM_HANDLES)
+    graph = trace(model, lm.example_inputs)
+    assert macs > 0
+    assert flops(graph, ("conv", "matmul")) == 2 * macs
+
+
+# ---------------------------------------------------------------- model zoo coverage
+
+@pytest.mark.parametrize("name", torchvision.models.list_models(module=torchvision.models))
+def test_every_torchvision_classifier_traces_inference_fully_supported(name):
+    lm = load_model(name, batch=1)
+    graph = trace(lm.model, lm.example_inputs, name=lm.name, batch=lm.batch)
+    assert graph.graph["unsupported_ops"] == "{}"
+    assert graph.graph["total_tensor_core_flops"] > 0
+    assert {d["phase"] for _, d in graph.nodes(data=True)} == {"forward"}
+
+
+# One of each architecture family / op mix (all 80 take ~8 min in training): grouped and depthwise convs,
+# squeeze-excite, hardswish/hardsigmoid, channel shuffle, aux heads, layer-norm, windowed attention, MHA.
+TRAINING_SUBSET = [
+    "alexnet", "resnet18", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny",
+    "inception_v3", "shufflenet_v2_x0_5", "squeezenet1_0", "vgg11_bn", "swin_t", "vit_b_16",
+]
+
+
+@pytest.mark.parametrize("name", TRAINING_SUBSET)
+def test_torchvision_training_subset_fully_supported(name):
+    lm = load_model(name, batch=2)  # batch 2: batch-norm in training needs more than one value per channel
+    graph = trace(lm.model, lm.example_inputs, mode="training", name=lm.name)
+    assert graph.graph["unsupported_ops"] == "{}"
+    assert {d["phase"] for _, d in graph.nodes(data=True)} == {"forward", "loss", "backward", "optimizer"}
+
+
+TIMM_MODELS = ["resnet18", "efficientnet_b0", "vit_tiny_patch16_224", "convnext_atto", "mobilevitv2_050"]
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+@pytest.mark.parametrize("name", TIMM_MODELS)
+def test_timm_sample_traces(name, mode):
+    pytest.importorskip("timm")
+    lm = load_model("timm:" + name, batch=2, image_size=64)
+    graph = trace(lm.model, lm.example_inputs, mode=mode, name=lm.name)
+    assert unsupported_ops(graph) == {}
+    assert flops(graph) > 0
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+@pytest.mark.parametrize("spec", [pytest.param("hf:gpt2", marks=TIED_WEIGHTS_BUG),
+                                  pytest.param("hf:bert-base-uncased", marks=TIED_WEIGHTS_BUG),
+                                  "hf:llama", "lstm", "gru"])
+def test_language_models_trace(spec, mode):
+    if spec.startswith("hf:"):
+        pytest.importorskip("transformers")
+    lm = load_model(spec, batch=2, seq=16)
+    graph = trace(lm.model, positional(lm.example_inputs), mode=mode, name=lm.name)
+    assert unsupported_ops(graph) == {}
+    categories = {d["category"] for _, d in graph.nodes(data=True)}
+    if spec in ("lstm", "gru"):
+        rnn = nodes(graph, category="rnn")
+        # one fused cuDNN call per direction of the pass, for the whole 2-layer stack
+        assert [d["op"] for d in rnn] == (["aten._cudnn_rnn.default"] if mode == "inference" else
+                                          ["aten._cudnn_rnn.default", "aten._cudnn_rnn_backward.default"])
+        assert all(d["module"] == "rnn" for d in rnn)
+    else:
+        assert "attention" in categories
+    assert "embedding" in categories
+
+
+@pytest.mark.xfail(strict=True, reason="trace() bug: `args, kwargs = ({}, inputs)` then `if not isinstance(args, "
+                   "tuple): args, kwargs = (), args` replaces the kwargs dict by {}; dict example_inputs never "
+                   "reach forward()")
+def test_dict_example_inputs_are_passed_as_kwargs():
+    class KwOnly(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, *, x):
+            return self.lin(x)
+
+    graph = trace(KwOnly(), {"x": torch.empty(4, 8)})
+    assert flops(graph) == 2 * 4 * 8 * 8
+
+
+@TIED_WEIGHTS_BUG
+def test_tied_weights_trace_once():
+    """A weight shared by two modules is one parameter: traced once, updated once by the optimizer."""
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(100, 16)
+            self.head = torch.nn.Linear(16, 100, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, ids):
+            return self.head(self.emb(ids))
+
+    graph = trace(Tied(), (torch.zeros(2, 8, dtype=torch.int64),), mode="training")
+    muls = [d for d in _optimizer_foreach(graph) if d["op"] == "aten._foreach_mul_.Scalar"]
+    assert muls and all(d["bytes_read"] == 4 * 100 * 16 for d in muls)
+
+
+def test_llama_3b_inference_without_materialising_weights():
+    pytest.importorskip("transformers")
+    script = """
+import json, resource, sys
+import torch, transformers
+from estimator.capture import trace, unsupported_ops
+from estimator.capture.models import load_model
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+lm = load_model("hf:llama-3b", batch=1, seq=128)
+graph = trace(lm.model, tuple(lm.example_inputs.values()), name=lm.name, batch=1)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+params = sum(p.numel() for p in lm.model.parameters())
+norms = sum(p.numel() for n, p in lm.model.named_parameters() if "norm" in n)
+matmul = sum(d["flops"] for _, d in graph.nodes(data=True) if d["category"] == "matmul")
+print(json.dumps(dict(growth_kb=after - before, params=params, norms=norms, matmul=matmul,
+                      unsupported=unsupported_ops(graph), meta=all(p.is_meta for p in lm.model.parameters()))))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=REPO)
+    if result.returncode != 0 and "which are tied" in result.stderr:
+        pytest.xfail("Llama-3.2-3B ties its embeddings: blocked by the tied-weights trace() bug")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    weights_bytes = out["params"] * 4
+    assert 3.0e9 < out["params"] < 3.4e9 and out["meta"]
+    assert out["growth_kb"] * 1024 < 1.5e9 < weights_bytes / 8  # peak RSS grew by far less than 12.8 GB
+    assert out["unsupported"] == {}
+    # Every weight but the norms (embedding tied to the LM head) is one GEMM per token: 2 FLOPs per param.
+    assert out["matmul"] == pytest.approx(2 * 128 * (out["params"] - out["norms"]), rel=1e-4)
+
+
+# ---------------------------------------------------------------- training-step structure
+
+@pytest.fixture(scope="module")
+def resnet_training():
+    model = torchvision.models.resnet18()
+    x = torch.empty(2, 3, 64, 64)
+    return model, x, trace(model, (x,), mode="training", optimizer="adamw")
+
+
+def test_training_phases(resnet_training):
+    _, _, graph = resnet_training
+    phases = [d["phase"] for _, d in sorted(graph.nodes(data=True))]
+    assert set(phases) == {"forward", "loss", "backward", "optimizer"}
+    # in order: all forward, then loss, then backward, then the optimizer step
+    order = {"forward": 0, "loss": 1, "backward": 2, "optimizer": 3}
+    assert [order[p] for p in phases] == sorted(order[p] for p in phases)
+
+
+def test_backward_gemm_flops_twice_forward(resnet_training):
+    _, _, graph = resnet_training
+    fwd, bwd = flops(graph, ("conv", "matmul"), "forward"), flops(graph, ("conv", "matmul"), "backward")
+    # autograd skips the data gradient of the first conv (its input needs no grad)
+    stem = sum(d["flops"] for d in nodes(graph, phase="forward", module="conv1"))
+    assert stem > 0
+    assert bwd == pytest.approx(2 * fwd - stem, rel=1e-12)
+    assert bwd / fwd == pytest.approx(2.0, rel=0.05)
+
+
+def test_backward_nodes_carry_the_module_they_differentiate(resnet_training):
+    model, _, graph = resnet_training
+    convs = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)}
+    bwd = nodes(graph, op="aten.convolution_backward.default")
+    assert len(bwd) == len(convs)
+    assert all(d["phase"] == "backward" for d in bwd)
+    assert all(d["module"] in convs for d in bwd)  # a conv module path, e.g. "layer1.0.conv1"
+    assert {"conv1", "layer1.0.conv1", "layer4.1.conv2"} <= {d["module"] for d in bwd}
+    fc_grads = nodes(graph, phase="backward", category="matmul")
+    assert [d["module"] for d in fc_grads] == ["fc", "fc"]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "recorder bug: in a residual block's backward, ModuleTracker still lists the shortcut conv "
+    "(layerN.0.downsample.0) among the parents while the main branch is differentiated, and "
+    "OpRecorder.current_module() picks the deepest path by dot count, so layerN.0.conv1/conv2/bn1/bn2 "
+    "backward ops are attributed to layerN.0.downsample.0"))
+def test_backward_module_attribution_is_one_to_one(resnet_training):
+    model, _, graph = resnet_training
+    convs = sorted(n for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d))
+    bwd = nodes(graph, op="aten.convolution_backward.default")
+    assert sorted(d["module"] for d in bwd) == convs  # exactly one per conv
+    bn_bwd = nodes(graph, op="aten.cudnn_batch_norm_backward.default")
+    assert sorted(d["module"] for d in bn_bwd) == sorted(n for n, m in model.named_modules()
+                                                         if isinstance(m, torch.nn.BatchNorm2d))
+
+
+def _optimizer_foreach(graph):
+    return [d for d in nodes(graph, phase="optimizer") if d["op"].startswith("aten._foreach_")]
+
+
+def test_adamw_traffic_proportional_to_param_count(resnet_training):
+    model, _, graph = resnet_training
+    n_params = sum(p.numel() for p in model.parameters())
+    n_tensors = len(list(model.parameters()))
+    foreach = _optimizer_foreach(graph)
+    assert len(foreach) >= 8
+    per_param = [d for d in foreach if not d["input_shapes"].startswith("scalar")]
+    step_counters = [d for d in foreach if d["input_shapes"].startswith("scalar")]
+    for d in per_param:  # fp32 state: 4 bytes per element, each list covers every trainable parameter
+        assert d["bytes_read"] % (4 * n_params) == 0 and d["bytes_read"] > 0, d["op"]
+        assert d["bytes_written"] % (4 * n_params) == 0 and d["bytes_written"] > 0, d["op"]
+    # the per-parameter `step` counters: one scalar each
+    assert len(step_counters) == 1 and step_counters[0]["bytes_written"] == 4 * n_tensors
+
+
+def test_frozen_parameters_get_no_optimizer_traffic():
+    model = torchvision.models.resnet18()
+    x = torch.empty(2, 3, 64, 64)
+    full = trace(model, (x,), mode="training")
+    model.fc.requires_grad_(False)
+    frozen = trace(model, (x,), mode="training")
+    total = sum(p.numel() for p in model.parameters())
+    fc_share = sum(p.numel() for p in model.fc.parameters()) / total
+
+    def per_param_bytes(g):
+        return sum(d["bytes_read"] + d["bytes_written"] for d in _optimizer_foreach(g)
+                   if not d["input_shapes"].startswith("scalar"))
+
+    assert per_param_bytes(frozen) == pytest.approx(per_param_bytes(full) * (1 - fc_share), rel=1e-12)
+    step_written = [sum(d["bytes_written"] for d in _optimizer_foreach(g) if d["input_shapes"].startswith("scalar"))
+                    for g in (full, frozen)]
+    assert step_written[0] - step_written[1] == 4 * 2  # fc.weight and fc.bias lost their step counters
+    # and the frozen layer computes no weight gradient: one mm fewer in the backward pass
+    assert len(nodes(frozen, phase="backward", category="matmul")) == len(nodes(full, phase="backward",
+                                                                                  category="matmul")) - 1
+
+
+def test_sgd_optimizer_and_no_optimizer():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    x = torch.empty(8, 16)
+    sgd = trace(model, (x,), mode="training", optimizer="sgd")
+    assert sgd.graph["optimizer"] == "sgd" and nodes(sgd, phase="optimizer")
+    none = trace(model, (x,), mode="training", optimizer=None)
+    assert none.graph["optimizer"] == "none"
+    assert {d["phase"] for _, d in none.nodes(data=True)} == {"forward", "loss", "backward"}
+
+
+# ---------------------------------------------------------------- precision and math modes
+
+def test_bf16_mixed_runs_gemms_in_bf16():
+    graph = trace(torchvision.models.resnet18(), (torch.empty(2, 3, 64, 64),), mode="training",
+                  precision="bf16-mixed")
+    gemms = [d for _, d in graph.nodes(data=True) if d["category"] in ("conv", "matmul")]
+    assert {d["phase"] for d in gemms} == {"forward", "backward"}
+    assert {d["math_mode"] for d in gemms} == {"bf16"}
+    # the optimizer still updates fp32 master weights
+    assert {d["dtype"] for d in _optimizer_foreach(graph) if not d["input_shapes"].startswith("scalar")} == {"float32"}
+
+
+def _conv_mlp():
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 10))
+
+
+@pytest.mark.parametrize("matmul_precision,cudnn_tf32,matmul_mode,conv_mode", [
+    ("high", True, "tf32", "tf32"),
+    ("highest", True, "fp32", "tf32"),
+    ("highest", False, "fp32", "fp32"),
+    ("medium", False, "tf32", "fp32"),
+])
+def test_fp32_tf32_switches(restore_tf32, matmul_precision, cudnn_tf32, matmul_mode, conv_mode):
+    torch.set_float32_matmul_precision(matmul_precision)
+    torch.backends.cudnn.allow_tf32 = cudnn_tf32
+    graph = trace(_conv_mlp(), (torch.empty(2, 3, 8, 8),), mode="training")
+    assert {d["math_mode"] for d in nodes(graph, category="matmul")} == {matmul_mode}
+    assert {d["math_mode"] for d in nodes(graph, category="conv")} == {conv_mode}
+    assert graph.graph["matmul_allow_tf32"] == (matmul_mode == "tf32")
+    assert graph.graph["cudnn_allow_tf32"] == cudnn_tf32
+
+
+def test_cuda_matmul_allow_tf32_flag(restore_tf32):
+    torch.backends.cuda.matmul.allow_tf32 = True
+    graph = trace(_conv_mlp(), (torch.empty(2, 3, 8, 8),))
+    assert {d["math_mode"] for d in nodes(graph, category="matmul")} == {"tf32"}
+    torch.backends.cuda.matmul.allow_tf32 = False
+    graph = trace(_conv_mlp(), (torch.empty(2, 3, 8, 8),))
+    assert {d["math_mode"] for d in nodes(graph, category="matmul")} == {"fp32"}
+
+
+class CausalSelfAttention(torch.nn.Module):
+    def __init__(self, explicit_mask: bool = False):
+        super().__init__()
+        self.qkv = torch.nn.Linear(64, 192)
+        self.explicit_mask = explicit_mask
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, 4, 16).permute(2, 0, 3, 1, 4)
+        if self.explicit_mask:
+            mask = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("precision,mask,backend", [
+    ("bf16", False, "flash"), ("bf16-mixed", False, "flash"), ("fp16-mixed", False, "flash"),
+    ("fp32", False, "efficient"), ("bf16", True, "efficient"),
+])
+def test_sdpa_backend_normalisation(precision, mask, backend):
+    graph = trace(CausalSelfAttention(mask), (torch.empty(2, 16, 64),), mode="training", precision=precision)
+    assert graph.graph["sdpa_backend"] == backend
+    kernel = "flash" if backend == "flash" else "efficient"
+    assert [d["op"] for d in nodes(graph, category="attention")] == [
+        f"aten._scaled_dot_product_{kernel}_attention.default",
+        f"aten._scaled_dot_product_{kernel}_attention_backward.default"]
+    assert all(d["cpu_op"].endswith("_for_cpu.default") or d["cpu_op"].endswith("_for_cpu_backward.default")
+               for d in nodes(graph, category="attention"))
+
+
+def test_sdpa_bf16_vit_is_flash():
+    lm = load_model("vit_b_16", batch=2, image_size=64)
+    graph = trace(lm.model, lm.example_inputs, mode="training", precision="bf16")
+    assert graph.graph["sdpa_backend"] == "flash"
+    assert len(nodes(graph, op="aten._scaled_dot_product_flash_attention.default")) == 12
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "capture gap: on the CPU, SDPA with dropout_p > 0 falls back to the math path (bmm, softmax, bernoulli, "
+    "bmm, all recorded separately, S x S scores in DRAM, sdpa_backend 'none'); on CUDA the flash (fp16/bf16) "
+    "or memory-efficient kernel runs it as one op with dropout fused"))
+def test_sdpa_with_dropout_is_one_attention_node():
+    class DropoutAttention(CausalSelfAttention):
+        def forward(self, x):
+            b, s, _ = x.shape
+            q, k, v = self.qkv(x).view(b, s, 3, 4, 16).permute(2, 0, 3, 1, 4)
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=0.1 if self.training else 0.0, is_causal=True)
+
+    graph = trace(DropoutAttention(), (torch.empty(2, 16, 64),), mode="training", precision="bf16")
+    assert graph.graph["sdpa_backend"] == "flash"
+    assert not nodes(graph, phase="forward", op="aten.bmm.default")
+
+
+@pytest.mark.xfail(strict=True, reason="transformers>=5 treats FakeTensors as tracing (is_tracing -> "
+                   "_ignore_causal_mask_sdpa returns False), so under trace() HF passes a materialised bool "
+                   "causal mask to SDPA and the efficient backend is assumed, while a real CUDA run passes "
+                   "is_causal=True with no mask and uses flash")
+def test_sdpa_bf16_hf_llama_is_flash():
+    pytest.importorskip("transformers")
+    lm = load_model("hf:llama", batch=2, seq=16)
+    graph = trace(lm.model, positional(lm.example_inputs), precision="bf16")
+    assert graph.graph["sdpa_backend"] == "flash"
+    assert len(nodes(graph, op="aten._scaled_dot_product_flash_attention.default")) == 4
+
+
+# ---------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("kwargs,accepted", [
+    (dict(mode="train"), ["inference", "training"]),
+    (dict(precision="fp8"), ["fp32", "bf16", "fp16", "bf16-mixed", "fp16-mixed"]),
+    (dict(mode="training", optimizer="lion"), ["adamw", "sgd"]),
+])
+def test_bad_choices_list_accepted_values(kwargs, accepted):
+    with pytest.raises(ValueError) as err:
+        trace(torch.nn.Linear(4, 4), (torch.empty(2, 4),), **kwargs)
+    for value in accepted:
+        assert value in str(err.value)
+
+
+def test_non_module_rejected():
+    with pytest.raises(TypeError, match="nn.Module"):
+        trace(lambda x: x, (torch.empty(2),))
+
+
+class DataDependent(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x
+
+
+class WithGate(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+        self.gate = DataDependent()
+
+    def forward(self, x):
+        return self.gate(self.proj(x))
+
+
+def test_data_dependent_control_flow_names_the_module():
+    with pytest.raises(TraceError) as err:
+        trace(WithGate(), (torch.empty(2, 8),))
+    msg = str(err.value)
+    assert "'gate'" in msg and "data-dependent" in msg
+
+
+@torch.library.custom_op("gpuest_test::mystery", mutates_args=())
+def _mystery(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+@_mystery.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class UsesCustomOp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return torch.ops.gpuest_test.mystery(self.lin(x))
+
+
+def test_op_without_formula_is_priced_by_bytes_and_flagged():
+    graph = trace(UsesCustomOp(), (torch.empty(4, 16),))
+    (node,) = nodes(graph, op="gpuest_test.mystery.default")
+    assert node["supported"] is False
+    assert node["bytes_read"] == 4 * 16 * 4 and node["bytes_written"] == 4 * 16 * 4
+    assert unsupported_ops(graph) == {"gpuest_test.mystery.default": 1}
+    assert all(d["supported"] for d in nodes(graph, category="matmul"))
+
+
+# ---------------------------------------------------------------- serialisation
+
+@pytest.mark.xfail(strict=True, raises=nx.NetworkXError, reason=(
+    "trace bug: graph.graph['torch_version'] is torch.__version__, a TorchVersion (str subclass) that "
+    "networkx's GraphML writer rejects; _to_graph should store str(torch.__version__)"))
+def test_graph_writes_to_graphml_as_traced(resnet_training, tmp_path):
+    _, _, graph = resnet_training
+    nx.write_graphml(graph, tmp_path / "g.graphml")
+
+
+def test_graphml_round_trip(resnet_training, tmp_path):
+    """Nodes, edges and every node attribute survive GraphML (graph-level torch_version coerced to str,
+    see test_graph_writes_to_graphml_as_traced)."""
+    _, _, traced = resnet_training
+    graph = traced.copy()
+    graph.graph["torch_version"] = str(graph.graph["torch_version"])
+    path = tmp_path / "g.graphml"
+    nx.write_graphml(graph, path)
+    back = nx.read_graphml(path)
+    assert back.number_of_nodes() == graph.number_of_nodes()
+    assert back.number_of_edges() == graph.number_of_edges()
+    assert back.graph["total_tensor_core_flops"] == graph.graph["total_tensor_core_flops"]
+    assert json.loads(back.graph["unsupported_ops"]) == {}
+    original = dict(graph.nodes(data=True))
+    for key, attrs in back.nodes(data=True):
+        assert attrs == original[int(key)]
