@@ -3,7 +3,7 @@
 Residual: per category, OLS (statsmodels) of log(measured / roofline) on the estimator's own
 residual features, so the fit corrects exactly what the estimator computes. Latency: the
 median time of tiny kernels. Host dispatch: the measured per-op enqueue cost per category.
-Power: non-negative least squares of window-average power on the predicted utilisations.
+Power: bounded least squares of window-average power on the measured utilisations.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 import numpy as np
 import statsmodels.api as sm
-from scipy.optimize import nnls
+from scipy.optimize import lsq_linear
 
 from estimator.catalog import GPUSpec, get_gpu
 from estimator.errors import ProfileError
@@ -30,9 +30,11 @@ from estimator.profile import (PROFILE_SCHEMA, RESIDUAL_FEATURES, PowerFit, Prof
                                prior_profile, profile_from_json)
 
 MIN_ROWS_PER_CATEGORY = 8
+MIN_ROWS_PER_OP = 10
 TINY_BYTES = 64 * 1024          # a kernel moving less than this is pure latency on any modern GPU
 TINY_FLOPS = 1e5
 MIN_RESIDUAL_SHARE = 0.2        # measured time left after latency, as a floor fraction
+HOST_BOUND_MARGIN = 1.5        # measured / host dispatch cost below which a timing is host-limited
 MEMORY_LIKE = ("elementwise", "reduction", "copy", "norm", "pool", "embedding", "optimizer", "other")
 
 
@@ -123,6 +125,7 @@ def host_costs(rows: list[dict[str, Any]], fallback: dict[str, float]) -> dict[s
 @dataclass
 class RowFeatures:
     category: str
+    op: str                      # the op that dominates the row's roofline time
     y: float                     # log(measured_after_latency / roofline)
     x: np.ndarray
     holdout: bool
@@ -130,13 +133,26 @@ class RowFeatures:
     row: dict[str, Any]
 
 
-def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float) -> list[RowFeatures]:
-    """One regression sample per benchmark: roofline-time-weighted features of its nodes."""
+def host_limited(row: dict[str, Any], host_op_s: dict[str, float]) -> bool:
+    """Whether a back-to-back timing measured the host's dispatch rate rather than the kernel: an op
+    that takes less than HOST_BOUND_MARGIN x its category's dispatch cost says nothing about the GPU."""
+    if row.get("timing_method") == "events_queued":
+        return False  # timed with the host running ahead: device time by construction
+    nodes = _device_nodes(row)
+    host = sum(host_op_s.get(n["category"], host_op_s["default"]) for n in nodes)
+    return row["time_ms_median"] * 1e-3 < HOST_BOUND_MARGIN * host
+
+
+def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
+                 host_op_s: dict[str, float] | None = None) -> list[RowFeatures]:
+    """One regression sample per device-bound benchmark: roofline-time-weighted features of its nodes."""
     plain = roofline_profile()
     out = []
     for r in rows:
         nodes = _device_nodes(r)
-        if not nodes:
+        if not nodes or r.get("kind") in ("latency", "host_dispatch"):
+            continue
+        if host_op_s is not None and host_limited(r, host_op_s):
             continue
         table = NodeTable.from_records(nodes)
         times, _ = device_times(table, gpu, _row_clock(r, gpu), plain)
@@ -149,7 +165,8 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float) -> 
         weights = roof / total_roof
         cats = table.category
         dominant = max(set(cats.tolist()), key=lambda c: roof[cats == c].sum())
-        out.append(RowFeatures(dominant, math.log(after_latency / total_roof), weights @ times.features,
+        top_op = str(table.op[int(np.argmax(roof))])
+        out.append(RowFeatures(dominant, top_op, math.log(after_latency / total_roof), weights @ times.features,
                                bool(r.get("holdout")), measured, r))
     return out
 
@@ -182,6 +199,12 @@ def fit_residuals(samples: list[RowFeatures]) -> dict[str, ResidualFit]:
         cat_rows = [s for s in train if s.category == cat]
         if len(cat_rows) >= MIN_ROWS_PER_CATEGORY:
             fits[cat] = fit_category(cat_rows)
+    # Ops with enough benchmarks of their own (e.g. layer norm vs batch norm, attention forward vs
+    # backward) get their own fit; the estimator falls back to the category, then to "default".
+    for op in sorted({s.op for s in train}):
+        op_rows = [s for s in train if s.op == op]
+        if len(op_rows) >= MIN_ROWS_PER_OP and len({s.category for s in op_rows}) == 1:
+            fits[op] = fit_category(op_rows)
     default_rows = [s for s in train if s.category in MEMORY_LIKE] or train
     if not default_rows:
         raise ProfileError("the calibration data has no usable timing rows")
@@ -190,7 +213,7 @@ def fit_residuals(samples: list[RowFeatures]) -> dict[str, ResidualFit]:
 
 
 def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_ratio: float) -> PowerFit | None:
-    """NNLS of window power on (1, s(f)*u_tensor, s(f)*u_vector, u_memory) from measured utilisations."""
+    """Bounded least squares of window power on (1, s(f)*u_tensor, s(f)*u_vector, u_memory) from measured utilisations."""
     plain = roofline_profile()
     xs, ys = [], []
     for r in rows:
@@ -214,7 +237,10 @@ def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_rat
     if len(ys) < 6:
         return None
     x, y = np.array(xs), np.array(ys)
-    coef, _ = nnls(x, y)
+    # Bounded least squares keeps every term physical: static power between idle and TDP, and no
+    # activity term able to exceed the board's dynamic range on its own.
+    span = gpu.tdp_w - idle_w
+    coef = lsq_linear(x, y, bounds=([idle_w, 0.0, 0.0, 0.0], [gpu.tdp_w, span, span, span])).x
     resid = y - x @ coef
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 else 0.0
@@ -246,13 +272,17 @@ def fit_profile(raw: RawData, *, command: str = "") -> Profile:
         raise ProfileError("the calibration data names no GPU (meta field gpu_name)")
     gpu = get_gpu(str(gpu_name))
     prior = prior_profile()
-    latency = kernel_latency_s(rows)
-    samples = row_features(rows, gpu, latency)
+    host = host_costs(rows, dict(prior.host_op_s))
+    # Tiny kernels timed with the host running ahead give the device's per-kernel latency; timed
+    # plainly back to back they are host-limited and bound it from above only (then the prior's
+    # documented latency applies when lower).
+    queued = any(r.get("timing_method") == "events_queued" for r in rows if r.get("kind") == "latency")
+    latency = kernel_latency_s(rows) if queued else min(kernel_latency_s(rows), prior.kernel_latency_s)
+    samples = row_features(rows, gpu, latency, host)
     residuals = fit_residuals(samples)
     idle = raw.meta.get("idle_power_w")
     power = fit_power(rows, gpu, float(idle) if isinstance(idle, (int, float)) else gpu.idle_power_w,
                       prior.power.v_min_ratio if prior.power else 0.7)
-    host = host_costs(rows, dict(prior.host_op_s))
     provenance = {k: raw.meta.get(k) for k in ("gpu_name", "driver_version", "cuda_version", "torch_version",
                                                 "date", "hostname", "command", "power_limit_w", "idle_power_w")
                   if k in raw.meta}
@@ -265,7 +295,8 @@ def fit_profile(raw: RawData, *, command: str = "") -> Profile:
     errs = holdout_errors(profile, samples, gpu)
     with_holdout = {}
     for cat, fit in residuals.items():
-        e = errs.get(cat, []) if cat != "default" else [v for c, vs in errs.items() if c not in residuals for v in vs]
+        e = (errs.get(cat, []) if cat != "default" else
+             [v for c, vs in errs.items() if c not in residuals for v in vs])
         with_holdout[cat] = ResidualFit(fit.coef, fit.cov, fit.sigma, fit.r2, fit.n,
                                         float(np.median(e)) if e else None,
                                         float(np.percentile(e, 90)) if e else None)

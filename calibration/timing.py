@@ -12,6 +12,8 @@ import torch
 DEFAULT_L2_BYTES = 50 * 2**20  # used when torch cannot report the L2 size
 MIN_SAMPLE_MS = 0.2  # ops shorter than this are timed in back-to-back groups, so launch jitter averages out
 MAX_INNER = 200
+QUEUE_BELOW_MS = 1.0          # ops shorter than this are timed with the host running ahead of the GPU
+HOST_US_PER_CALL_BOUND = 40.0  # generous bound on one call's host dispatch time (us), sizes the spin kernel
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,7 @@ class TimingResult:
     n: int
     inner: int = 1
     rotate: int = 1
+    method: str = "events"  # "events_queued": the host enqueued the group while the GPU was kept busy
 
 
 def l2_cache_bytes(device: torch.device | None = None) -> int:
@@ -107,21 +110,28 @@ def time_op(fn: Callable[..., Any], make_inputs: Callable[[int], Sequence[Any]] 
     inner = 1 if rough_ms >= MIN_SAMPLE_MS else int(min(MAX_INNER, math.ceil(MIN_SAMPLE_MS / max(rough_ms, 1e-4))))
     n = int(min(max_repeats, max(repeats, target_total_ms // max(rough_ms * inner, 1e-3))))
     samples: list[float] = []
+    method = "perf_counter"
     if cuda:
+        # Short ops: a spin kernel ahead of each group keeps the stream busy while the host enqueues
+        # the group, so the events bracket back-to-back kernels (device time), not host dispatch.
+        queued = rough_ms < QUEUE_BELOW_MS
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
         for j, (start, end) in enumerate(events):
+            if queued:
+                _keep_gpu_busy(inner * HOST_US_PER_CALL_BOUND * 1e-6 + 1e-4, dev)
             start.record()
             run(inner, j * inner)
             end.record()
         sync()
         samples = [s.elapsed_time(e) / inner for s, e in events]
+        method = "events_queued" if queued else "events"
     else:
         for j in range(n):
             t0 = time.perf_counter()
             run(inner, j * inner)
             samples.append((time.perf_counter() - t0) * 1e3 / inner)
     return TimingResult(statistics.median(samples), _percentile(samples, 0.1), _percentile(samples, 0.9),
-                        len(samples), inner, k)
+                        len(samples), inner, k, method)
 
 
 def _device_of(sets: list) -> torch.device:

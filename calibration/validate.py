@@ -372,7 +372,10 @@ def profile_iterations(step: Callable[[], None], n: int, device: torch.device, *
     marks.sort()
     out: dict[str, Any] = {"profile_iters": n}
     if gpu:
-        dev = [(e.time_range.start, e.time_range.end) for e in events if _device_type_is_gpu(e)]
+        # GPU-side events include the record_function ranges themselves ("gpu_user_annotation"),
+        # which span a whole iteration: keep kernels, memcpys and memsets only.
+        dev = [(e.time_range.start, e.time_range.end) for e in events
+               if _device_type_is_gpu(e) and not str(e.name).startswith("gpuest_iter_")]
         out["device_busy_s"] = union_length(dev) / 1e6 / n
         out["device_kernel_sum_s"] = sum(e - s for s, e in dev) / 1e6 / n
         out["device_events_per_iter"] = len(dev) / n

@@ -49,6 +49,7 @@ def synthetic_rows(gpu_name: str = "H100", seed: int = 0) -> RawData:
         roof = max(flops / gpu.peak_flops_per_s("bf16"), moved / gpu.memory_bandwidth_bytes_per_s)
         t = LATENCY_S + roof * FACTORS.get(cat, 1.0) * math.exp(rng.normal(0, 0.02))
         rows.append({"name": f"{cat}{i}", "category": cat, "holdout": i % 5 == 4, "nodes": nodes,
+                     "kind": "latency" if cat == "latency" else "device", "timing_method": "events_queued",
                      "time_ms_median": t * 1e3, "error": None, "dry_run": False})
     return RawData({"catalog_gpu": gpu.name, "idle_power_w": 70.0}, rows)
 

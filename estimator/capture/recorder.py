@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.module_tracker import ModuleTracker
 
@@ -70,6 +71,8 @@ class OpRecorder(TorchDispatchMode):
         # themselves would raise their refcounts and make autograd clone gradients it would steal.
         self._alive: list[Any] = []
         self._fused_key: tuple | None = None
+        self._entered: list[str] = []  # active modules in the order they were entered
+        self._module_calls = 0  # Python module calls since the last recorded op (host overhead)
 
     # ------------------------------------------------------------------ dispatch
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -79,13 +82,23 @@ class OpRecorder(TorchDispatchMode):
             self._record(OpCall(func, args, kwargs, out))
         return out
 
+    def count_module_call(self, module: torch.nn.Module, args: Any) -> None:
+        """Forward pre-hook: eager nn.Module.__call__ costs host time of its own."""
+        self._module_calls += 1
+
     # ------------------------------------------------------------------ helpers
     def current_module(self) -> str:
-        parents = [p for p in self.tracker.parents if p != "Global"]
-        if not parents:
+        """The most recently entered module that is still active.
+
+        Not simply the deepest: in backward, ModuleTracker keeps a branch (e.g. a ResNet downsample)
+        active until the gradient of its shared input is complete, while sibling modules run."""
+        parents = {p for p in self.tracker.parents if p != "Global"}
+        self._entered = [p for p in self._entered if p in parents]
+        self._entered.extend(sorted(parents.difference(self._entered), key=lambda p: p.count(".")))
+        if not self._entered:
             return ""
-        deepest = max(parents, key=lambda p: p.count("."))
-        return deepest[len(self.root_prefix):] if deepest.startswith(self.root_prefix) else ""
+        top = self._entered[-1]
+        return top[len(self.root_prefix):] if top.startswith(self.root_prefix) else ""
 
     def _fused_op(self, module: str) -> str | None:
         """The library call a fused module runs as, if `module` lies inside one."""
@@ -141,7 +154,9 @@ class OpRecorder(TorchDispatchMode):
             "free": cost.category == "view",
             "host_only": bool(cost.host_only),
             "fused_ops": 1,
+            "module_calls": self._module_calls,
         }
+        self._module_calls = 0
         self.nodes.append(RecordedNode(attrs, producers))
         index = len(self.nodes) - 1
         if cost.category != "view":
@@ -176,7 +191,18 @@ class OpRecorder(TorchDispatchMode):
                 continue  # tensors without storage (e.g. sparse) have id-based keys
 
 
-def record(fn: Callable[[OpRecorder], Any], tracker: ModuleTracker, recorder: OpRecorder) -> Any:
-    """Run `fn(recorder)` with module tracking and op recording active."""
-    with tracker, recorder:
-        return fn(recorder)
+class FuseAttentionDropout(TorchFunctionMode):
+    """Trace attention with dropout as the single fused kernel CUDA runs.
+
+    CUDA's flash and memory-efficient SDPA kernels apply dropout inside the kernel; the CPU falls back
+    to the math path (bmm, softmax, dropout, bmm) whenever dropout_p > 0. Calling SDPA with
+    dropout_p=0 during the trace keeps it one kernel with the same FLOPs and traffic."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            if len(args) > 3:
+                args = (*args[:3], 0.0, *args[4:])
+            elif "dropout_p" in kwargs:
+                kwargs["dropout_p"] = 0.0
+        return func(*args, **kwargs)

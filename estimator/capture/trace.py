@@ -14,7 +14,7 @@ from torch.utils.module_tracker import ModuleTracker
 
 from ..annotate.math_mode import TF32Policy
 from ..errors import TraceError
-from .recorder import OpRecorder
+from .recorder import FuseAttentionDropout, OpRecorder
 
 MODES = ("inference", "training")
 PRECISIONS = {
@@ -84,17 +84,19 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
     try:
         model.train(training)
         with fake_mode:
-            params = {n: _fake_like(p, weight_dtype, training and p.requires_grad)
+            # Tied parameters (shared embeddings) must stay one tensor: one fake per parameter object.
+            fakes: dict[int, torch.Tensor] = {}
+            params = {n: fakes.setdefault(id(p), _fake_like(p, weight_dtype, training and p.requires_grad))
                       for n, p in model.named_parameters(remove_duplicate=False)}
             buffers = {n: _fake_like(b, weight_dtype if weight_dtype and b.is_floating_point() else None)
                        for n, b in model.named_buffers(remove_duplicate=False)}
             inputs = tree_map(lambda x: _fake_like(x, weight_dtype) if isinstance(x, torch.Tensor) else x,
                               example_inputs)
             opt = _make_optimizer(params, optimizer) if training else None
-        args, kwargs = (({}, inputs) if isinstance(inputs, dict)
-                        else ((inputs,) if not isinstance(inputs, (tuple, list)) else tuple(inputs), {}))
-        if not isinstance(args, tuple):
-            args, kwargs = (), args
+        if isinstance(inputs, dict):
+            args, kwargs = (), inputs
+        else:
+            args, kwargs = (tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)), {}
 
         def step(rec: OpRecorder) -> None:
             grad_ctx = contextlib.nullcontext() if training else torch.no_grad()
@@ -117,8 +119,12 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
 
         with fake_mode:
             try:
-                with tracker, recorder:
-                    step(recorder)
+                hook = torch.nn.modules.module.register_module_forward_pre_hook(recorder.count_module_call)
+                try:
+                    with tracker, recorder, FuseAttentionDropout():
+                        step(recorder)
+                finally:
+                    hook.remove()
             except TraceError:
                 raise
             except Exception as exc:  # any failure inside the user's model: say where it happened
@@ -165,7 +171,7 @@ def _to_graph(recorder: OpRecorder, *, name: str, mode: str, precision: str, bat
     tensor_core = sum(a["flops"] for a in attrs if a["category"] in ("matmul", "conv", "attention", "rnn"))
     graph.graph.update(
         schema=GRAPH_SCHEMA, model=name, mode=mode, precision=precision, batch=int(batch or 0),
-        optimizer=optimizer or "none", torch_version=torch.__version__,
+        optimizer=optimizer or "none", torch_version=str(torch.__version__),
         cudnn_allow_tf32=tf32.cudnn_allow_tf32, matmul_allow_tf32=tf32.matmul_allow_tf32,
         sdpa_backend="+".join(sorted(recorder.sdpa_backends)) or "none",
         total_flops=float(sum(a["flops"] for a in attrs)),

@@ -104,9 +104,12 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     log_eff = np.zeros(len(table))
     coef_var = np.zeros(len(table))
     resid_var = np.zeros(len(table))
-    for cat in set(table.category.tolist()):
-        sel = table.category == cat
-        fit = profile.residuals.get(cat, profile.residuals["default"])
+    # Most specific fit first: the ATen op itself, then its category, then the profile's default.
+    fit_key = np.where(np.isin(table.op, list(profile.residuals)), table.op,
+                       np.where(np.isin(table.category, list(profile.residuals)), table.category, "default"))
+    for key in set(fit_key.tolist()):
+        sel = fit_key == key
+        fit = profile.residuals[key]
         beta = np.asarray(fit.coef)
         cov = np.asarray(fit.cov)
         xs = x[sel]
