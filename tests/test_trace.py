@@ -25,14 +25,6 @@ TENSOR_CORE = ("matmul", "conv", "attention", "rnn")
 REPO = Path(__file__).resolve().parents[1]
 
 
-# trace() builds one fake tensor per parameter *name* (named_parameters(remove_duplicate=False)); for
-# models with tied weights (GPT-2 and BERT tie the LM head to the token embedding, as does Llama-3.2-3B)
-# functional_call(tie_weights=True) then raises "got multiple values for keys [...] which are tied".
-TIED_WEIGHTS_BUG = pytest.mark.xfail(strict=True, reason=(
-    "trace() bug: tied parameters get one fake tensor per name, functional_call rejects them "
-    "(GPT-2/BERT training then also hit the SDPA-dropout math fallback, see test_sdpa_with_dropout_*)"))
-
-
 def nodes(graph: nx.DiGraph, **match):
     return [d for _, d in graph.nodes(data=True) if all(d[k] == v for k, v in match.items())]
 
@@ -40,13 +32,6 @@ def nodes(graph: nx.DiGraph, **match):
 def flops(graph: nx.DiGraph, categories=TENSOR_CORE, phase: str | None = None) -> float:
     return sum(d["flops"] for _, d in graph.nodes(data=True)
                if d["category"] in categories and (phase is None or d["phase"] == phase))
-
-
-def positional(inputs):
-    """HF loaders return {"input_ids": ...}; input_ids is also the first positional argument of every
-    shipped HF model. Passed positionally because trace() currently drops dict inputs (see
-    test_dict_example_inputs_are_passed_as_kwargs)."""
-    return tuple(inputs.values()) if isinstance(inputs, dict) else inputs
 
 
 @pytest.fixture
@@ -120,7 +105,6 @@ def test_tensor_core_flops_match_flop_counter_mode(name, mode):
     torch.manual_seed(0)
     built = FLOP_MODELS[name]()
     model, inputs = (built.model, built.example_inputs) if hasattr(built, "model") else built
-    inputs = positional(inputs)
     graph = trace(model, inputs, mode=mode)  # the fused MHA fast path is left on: its formula is checked too
     expected = reference_flops(model, inputs, training=mode == "training")
     assert expected > 0
@@ -194,14 +178,14 @@ def test_timm_sample_traces(name, mode):
 
 
 @pytest.mark.parametrize("mode", ["inference", "training"])
-@pytest.mark.parametrize("spec", [pytest.param("hf:gpt2", marks=TIED_WEIGHTS_BUG),
-                                  pytest.param("hf:bert-base-uncased", marks=TIED_WEIGHTS_BUG),
-                                  "hf:llama", "lstm", "gru"])
+@pytest.mark.parametrize("spec", ["hf:gpt2", "hf:bert-base-uncased", "hf:llama", "lstm", "gru"])
 def test_language_models_trace(spec, mode):
     if spec.startswith("hf:"):
         pytest.importorskip("transformers")
     lm = load_model(spec, batch=2, seq=16)
-    graph = trace(lm.model, positional(lm.example_inputs), mode=mode, name=lm.name)
+    if spec.startswith("hf:"):
+        assert isinstance(lm.example_inputs, dict)  # {"input_ids": ...}, passed to forward() as kwargs
+    graph = trace(lm.model, lm.example_inputs, mode=mode, name=lm.name)
     assert unsupported_ops(graph) == {}
     categories = {d["category"] for _, d in graph.nodes(data=True)}
     if spec in ("lstm", "gru"):
@@ -212,12 +196,16 @@ def test_language_models_trace(spec, mode):
         assert all(d["module"] == "rnn" for d in rnn)
     else:
         assert "attention" in categories
+        # one fused SDPA kernel per layer and pass: in training, the attention dropout (GPT-2, BERT) is
+        # folded into the kernel as on CUDA, not traced as the CPU's bmm/softmax/dropout math fallback
+        attention = [d["op"] for d in nodes(graph, category="attention")]
+        layers = lm.model.config.num_hidden_layers
+        assert len(attention) == layers * (1 if mode == "inference" else 2)
+        assert all(op.startswith("aten._scaled_dot_product_") for op in attention)
+        assert not nodes(graph, op="aten.bmm.default")
     assert "embedding" in categories
 
 
-@pytest.mark.xfail(strict=True, reason="trace() bug: `args, kwargs = ({}, inputs)` then `if not isinstance(args, "
-                   "tuple): args, kwargs = (), args` replaces the kwargs dict by {}; dict example_inputs never "
-                   "reach forward()")
 def test_dict_example_inputs_are_passed_as_kwargs():
     class KwOnly(torch.nn.Module):
         def __init__(self):
@@ -231,7 +219,6 @@ def test_dict_example_inputs_are_passed_as_kwargs():
     assert flops(graph) == 2 * 4 * 8 * 8
 
 
-@TIED_WEIGHTS_BUG
 def test_tied_weights_trace_once():
     """A weight shared by two modules is one parameter: traced once, updated once by the optimizer."""
     class Tied(torch.nn.Module):
@@ -258,7 +245,7 @@ from estimator.capture import trace, unsupported_ops
 from estimator.capture.models import load_model
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 lm = load_model("hf:llama-3b", batch=1, seq=128)
-graph = trace(lm.model, tuple(lm.example_inputs.values()), name=lm.name, batch=1)
+graph = trace(lm.model, lm.example_inputs, name=lm.name, batch=1)
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 params = sum(p.numel() for p in lm.model.parameters())
 norms = sum(p.numel() for n, p in lm.model.named_parameters() if "norm" in n)
@@ -267,8 +254,6 @@ print(json.dumps(dict(growth_kb=after - before, params=params, norms=norms, matm
                       unsupported=unsupported_ops(graph), meta=all(p.is_meta for p in lm.model.parameters()))))
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=REPO)
-    if result.returncode != 0 and "which are tied" in result.stderr:
-        pytest.xfail("Llama-3.2-3B ties its embeddings: blocked by the tied-weights trace() bug")
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     weights_bytes = out["params"] * 4
@@ -319,11 +304,6 @@ def test_backward_nodes_carry_the_module_they_differentiate(resnet_training):
     assert [d["module"] for d in fc_grads] == ["fc", "fc"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "recorder bug: in a residual block's backward, ModuleTracker still lists the shortcut conv "
-    "(layerN.0.downsample.0) among the parents while the main branch is differentiated, and "
-    "OpRecorder.current_module() picks the deepest path by dot count, so layerN.0.conv1/conv2/bn1/bn2 "
-    "backward ops are attributed to layerN.0.downsample.0"))
 def test_backward_module_attribution_is_one_to_one(resnet_training):
     model, _, graph = resnet_training
     convs = sorted(n for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d))
@@ -463,20 +443,47 @@ def test_sdpa_bf16_vit_is_flash():
     assert len(nodes(graph, op="aten._scaled_dot_product_flash_attention.default")) == 12
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "capture gap: on the CPU, SDPA with dropout_p > 0 falls back to the math path (bmm, softmax, bernoulli, "
-    "bmm, all recorded separately, S x S scores in DRAM, sdpa_backend 'none'); on CUDA the flash (fp16/bf16) "
-    "or memory-efficient kernel runs it as one op with dropout fused"))
-def test_sdpa_with_dropout_is_one_attention_node():
+# F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, ...):
+# FuseAttentionDropout overwrites args[3] (attn_mask) with 0.0 instead of args[4] (dropout_p), so any call
+# passing attn_mask positionally fails to trace ("argument 'attn_mask' (position 4) must be Tensor, not float").
+SDPA_POSITIONAL_BUG = pytest.mark.xfail(strict=True, raises=TraceError, reason=(
+    "recorder bug: FuseAttentionDropout replaces positional args[3] (attn_mask) instead of args[4] (dropout_p)"))
+
+
+@pytest.mark.parametrize("positional_dropout", [False, pytest.param(True, marks=SDPA_POSITIONAL_BUG)])
+def test_sdpa_with_dropout_is_one_attention_node(positional_dropout):
     class DropoutAttention(CausalSelfAttention):
         def forward(self, x):
             b, s, _ = x.shape
             q, k, v = self.qkv(x).view(b, s, 3, 4, 16).permute(2, 0, 3, 1, 4)
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=0.1 if self.training else 0.0, is_causal=True)
+            p = 0.1 if self.training else 0.0
+            if positional_dropout:  # (query, key, value, attn_mask, dropout_p, is_causal)
+                return F.scaled_dot_product_attention(q, k, v, None, p, True)
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
 
     graph = trace(DropoutAttention(), (torch.empty(2, 16, 64),), mode="training", precision="bf16")
     assert graph.graph["sdpa_backend"] == "flash"
     assert not nodes(graph, phase="forward", op="aten.bmm.default")
+    # dropout folded into the kernel: no separate mask, same single fused op forward and backward
+    assert not [d for _, d in graph.nodes(data=True) if "bernoulli" in d["op"] or "dropout" in d["op"]]
+    assert [d["op"] for d in nodes(graph, category="attention")] == [
+        "aten._scaled_dot_product_flash_attention.default",
+        "aten._scaled_dot_product_flash_attention_backward.default"]
+
+
+@SDPA_POSITIONAL_BUG
+def test_sdpa_positional_mask_traces():
+    """attn_mask given positionally (as nn.MultiheadAttention's functional form does) is kept."""
+    class PositionalMask(CausalSelfAttention):
+        def forward(self, x):
+            b, s, _ = x.shape
+            q, k, v = self.qkv(x).view(b, s, 3, 4, 16).permute(2, 0, 3, 1, 4)
+            return F.scaled_dot_product_attention(q, k, v, torch.ones(s, s, dtype=torch.bool, device=x.device).tril())
+
+    graph = trace(PositionalMask(), (torch.empty(2, 16, 64),), precision="bf16")
+    assert graph.graph["sdpa_backend"] == "efficient"  # a mask rules flash out, as in test_sdpa_backend_normalisation
+    assert [d["op"] for d in nodes(graph, category="attention")] == [
+        "aten._scaled_dot_product_efficient_attention.default"]
 
 
 @pytest.mark.xfail(strict=True, reason="transformers>=5 treats FakeTensors as tracing (is_tracing -> "
@@ -486,7 +493,7 @@ def test_sdpa_with_dropout_is_one_attention_node():
 def test_sdpa_bf16_hf_llama_is_flash():
     pytest.importorskip("transformers")
     lm = load_model("hf:llama", batch=2, seq=16)
-    graph = trace(lm.model, positional(lm.example_inputs), precision="bf16")
+    graph = trace(lm.model, lm.example_inputs, precision="bf16")
     assert graph.graph["sdpa_backend"] == "flash"
     assert len(nodes(graph, op="aten._scaled_dot_product_flash_attention.default")) == 4
 
@@ -564,20 +571,14 @@ def test_op_without_formula_is_priced_by_bytes_and_flagged():
 
 # ---------------------------------------------------------------- serialisation
 
-@pytest.mark.xfail(strict=True, raises=nx.NetworkXError, reason=(
-    "trace bug: graph.graph['torch_version'] is torch.__version__, a TorchVersion (str subclass) that "
-    "networkx's GraphML writer rejects; _to_graph should store str(torch.__version__)"))
 def test_graph_writes_to_graphml_as_traced(resnet_training, tmp_path):
     _, _, graph = resnet_training
     nx.write_graphml(graph, tmp_path / "g.graphml")
 
 
 def test_graphml_round_trip(resnet_training, tmp_path):
-    """Nodes, edges and every node attribute survive GraphML (graph-level torch_version coerced to str,
-    see test_graph_writes_to_graphml_as_traced)."""
-    _, _, traced = resnet_training
-    graph = traced.copy()
-    graph.graph["torch_version"] = str(graph.graph["torch_version"])
+    """Nodes, edges, every graph attribute and every node attribute survive GraphML, as traced."""
+    _, _, graph = resnet_training
     path = tmp_path / "g.graphml"
     nx.write_graphml(graph, path)
     back = nx.read_graphml(path)
@@ -585,6 +586,8 @@ def test_graphml_round_trip(resnet_training, tmp_path):
     assert back.number_of_edges() == graph.number_of_edges()
     assert back.graph["total_tensor_core_flops"] == graph.graph["total_tensor_core_flops"]
     assert json.loads(back.graph["unsupported_ops"]) == {}
+    assert {k: v for k, v in back.graph.items() if k not in ("node_default", "edge_default")} == graph.graph
+    assert back.graph["torch_version"] == torch.__version__
     original = dict(graph.nodes(data=True))
     for key, attrs in back.nodes(data=True):
         assert attrs == original[int(key)]
