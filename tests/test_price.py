@@ -127,19 +127,20 @@ def test_missing_math_mode_priced_as_fallback_with_warning(big_matmul):
 
 
 def test_unsupported_op_is_priced_by_bytes_and_reported():
-    lib = torch.library.Library("gpuest_test", "DEF")
+    # a namespace of its own: tests/test_trace.py registers gpuest_test::mystery when it is collected
+    lib = torch.library.Library("gpuest_test_price", "DEF")
     lib.define("mystery(Tensor x) -> Tensor")
     lib.impl("mystery", lambda x: x.clone(), "CompositeExplicitAutograd")
     lib.impl("mystery", lambda x: torch.empty_like(x), "Meta")
 
     class M(torch.nn.Module):
         def forward(self, x):
-            return torch.ops.gpuest_test.mystery(x)
+            return torch.ops.gpuest_test_price.mystery(x)
 
     g = estimator.trace(M(), (torch.empty(1024, 1024, device="meta"),))
     est = estimator.estimate(g, "H100")
-    assert est.unsupported_ops() == {"gpuest_test.mystery.default": 1}
-    row = est.per_node[est.per_node["op"] == "gpuest_test.mystery.default"].iloc[0]
+    assert est.unsupported_ops() == {"gpuest_test_price.mystery.default": 1}
+    row = est.per_node[est.per_node["op"] == "gpuest_test_price.mystery.default"].iloc[0]
     assert row["bytes"] == 2 * 1024 * 1024 * 4 and row["time_s"] > 0
     assert any("no cost formula" in n for n in est.notes)
 
