@@ -11,7 +11,7 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -189,7 +189,8 @@ def fit_category(samples: list[RowFeatures]) -> ResidualFit:
     cov[np.ix_(kept, kept)] = np.asarray(model.cov_params())
     sigma = float(math.sqrt(max(model.scale, 0.0)))
     r2 = float(model.rsquared) if len(kept) > 1 and np.isfinite(model.rsquared) else 0.0
-    return ResidualFit(tuple(map(float, coef)), tuple(tuple(map(float, row)) for row in cov), sigma, r2, len(y))
+    return ResidualFit(tuple(map(float, coef)), tuple(tuple(map(float, row)) for row in cov), sigma, r2, len(y),
+                       x_lo=tuple(map(float, x.min(axis=0))), x_hi=tuple(map(float, x.max(axis=0))))
 
 
 def fit_residuals(samples: list[RowFeatures]) -> dict[str, ResidualFit]:
@@ -262,7 +263,76 @@ def holdout_errors(profile: Profile, samples: list[RowFeatures], gpu: GPUSpec) -
     return errs
 
 
-def fit_profile(raw: RawData, *, command: str = "") -> Profile:
+HOST_BOUND_BUSY_FRACTION = 0.5   # validation runs whose GPU was busy less than this are host-bound
+HOST_TERMS = ("forward", "backward", "optimizer", "module_call", "host_only")
+
+
+def host_terms(graph: Any, profile: Profile) -> np.ndarray:
+    """Per-config regressors of host time: the profile's per-category dispatch costs summed per phase,
+    Python module calls, and metadata/host-only ops (counts)."""
+    from estimator.price.node_table import node_table
+    t = node_table(graph)
+    base = t.map_category(profile.host_op_s, profile.host_op_s["default"])
+    base = base + profile.host_op_s.get("launch", 0.0) * np.maximum(t.kernels - 1, 0)
+    light = t.free | t.host_only
+    dispatched = ~light
+    fwd = dispatched & np.isin(t.phase, ["forward", "loss"])
+    return np.array([base[fwd].sum(), base[dispatched & (t.phase == "backward")].sum(),
+                     base[dispatched & (t.phase == "optimizer")].sum(), t.module_calls.sum(), light.sum()])
+
+
+def fit_host_and_gap(profile: Profile, validation: list[dict[str, Any]], gpu: GPUSpec) -> tuple[Profile, dict]:
+    """Calibrate the host side on whole-network runs that were host-bound.
+
+    Micro-benchmarks time one op in a tight loop; in a real model every op also pays Python and
+    autograd bookkeeping, and every nn.Module call costs host time. Non-negative least squares of
+    the measured wall time on HOST_TERMS gives per-phase scales of the dispatch costs, the module
+    call cost and the host-only op cost. The GPU's power while it waits for the host (gap_w) follows
+    from the measured energy of the same runs. Held-out models are never used."""
+    from estimator.capture.models import load_model
+    from estimator.capture.trace import trace
+    from estimator.price.estimate import estimate_graph
+    rows = [r for r in validation if r.get("status") == "ok" and not r.get("heldout") and not r.get("dry_run")
+            and r.get("gpu_canonical") == gpu.name and r.get("wall_s") and r.get("device_busy_s") is not None
+            and r["device_busy_s"] < HOST_BOUND_BUSY_FRACTION * r["wall_s"]]
+    if len(rows) < len(HOST_TERMS):
+        return profile, {"host_fit": f"skipped: {len(rows)} host-bound validation runs"}
+    xs, ys, graphs = [], [], []
+    for r in rows:
+        lm = load_model(r["model"], batch=r["batch"], seq=r.get("seq"), image_size=r.get("image_size"))
+        g = trace(lm.model, lm.example_inputs, mode=r["mode"], precision=r["precision"], name=lm.name,
+                  batch=lm.batch)
+        graphs.append(g)
+        xs.append(host_terms(g, profile))
+        ys.append(r["wall_s"])
+    coef = lsq_linear(np.array(xs), np.array(ys), bounds=(0.0, np.inf)).x
+    scale_fwd, scale_bwd, scale_opt, module_call_s, host_only_s = (float(c) for c in coef)
+    host = {k: v * scale_fwd for k, v in profile.host_op_s.items() if k not in ("module_call", "graph_launch")}
+    host["optimizer"] = profile.host_op_s.get("optimizer", profile.host_op_s["default"]) * scale_opt
+    host["module_call"] = module_call_s
+    host["graph_launch"] = profile.host_op_s["default"]
+    fitted = replace(profile, host_op_s=host, host_only_op_s=host_only_s,
+                     host_backward_factor=scale_bwd / scale_fwd if scale_fwd > 0 else profile.host_backward_factor)
+    pred = np.array(xs) @ coef
+    info = {"host_fit_runs": len(rows), "host_fit_median_ape": float(np.median(np.abs(pred / np.array(ys) - 1)) * 100)}
+    gaps = []
+    if fitted.power is not None:
+        for r, g in zip(rows, graphs):
+            energy = r.get("energy_j")
+            if not energy or not r.get("power_reliable", True):
+                continue
+            est = estimate_graph(g, gpu, profile=fitted, warn=False)
+            busy = est.per_node["power_w"].to_numpy() * est.per_node["time_s"].to_numpy()
+            busy_j = float(np.nansum(busy)) * r["device_busy_s"] / max(est.device_time_s, 1e-12)
+            gaps.append((energy - busy_j) / max(r["wall_s"] - r["device_busy_s"], 1e-9))
+        if gaps:
+            gap = float(np.clip(np.median(gaps), fitted.power.idle_w, fitted.power.static_w))
+            fitted = replace(fitted, power=replace(fitted.power, gap_w=gap))
+            info["gap_power_runs"] = len(gaps)
+    return fitted, info
+
+
+def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, Any]] | None = None) -> Profile:
     """A measured Profile from raw calibration data."""
     rows = usable(raw.rows)
     if not rows:
@@ -299,17 +369,29 @@ def fit_profile(raw: RawData, *, command: str = "") -> Profile:
              [v for c, vs in errs.items() if c not in residuals for v in vs])
         with_holdout[cat] = ResidualFit(fit.coef, fit.cov, fit.sigma, fit.r2, fit.n,
                                         float(np.median(e)) if e else None,
-                                        float(np.percentile(e, 90)) if e else None)
+                                        float(np.percentile(e, 90)) if e else None, fit.x_lo, fit.x_hi)
     prov = dict(provenance, power_model="fitted" if power else "prior (too few reliable power windows)")
-    return Profile(**{**profile.__dict__, "residuals": with_holdout, "provenance": prov})
+    profile = Profile(**{**profile.__dict__, "residuals": with_holdout, "provenance": prov})
+    if validation:
+        profile, info = fit_host_and_gap(profile, validation, gpu)
+        profile = replace(profile, provenance={**profile.provenance, **info})
+    return profile
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuest fit", description="Fit a profile from raw calibration rows.")
     parser.add_argument("raw", help="calibration JSONL written by `gpuest calibrate`")
     parser.add_argument("-o", "--out", required=True, help="profile JSON to write")
+    parser.add_argument("--validation", default=None,
+                        help="validation JSONL of the same GPU: calibrates host dispatch and idle-gap power "
+                             "on its host-bound, non-held-out runs")
     args = parser.parse_args(argv)
-    profile = fit_profile(load_raw(args.raw), command=f"gpuest fit {args.raw} -o {args.out}")
+    validation = None
+    command = f"gpuest fit {args.raw} -o {args.out}"
+    if args.validation:
+        validation = [json.loads(line) for line in Path(args.validation).read_text().splitlines() if line.strip()]
+        command += f" --validation {args.validation}"
+    profile = fit_profile(load_raw(args.raw), command=command, validation=validation)
     profile.save(args.out)
     profile_from_json(json.loads(Path(args.out).read_text()))  # what we wrote must load back
     print(f"wrote {args.out}: {profile.gpu}, {len(profile.residuals)} residual fits, "

@@ -33,6 +33,8 @@ class ResidualFit:
     n: int
     holdout_median_ape: float | None = None
     holdout_p90_ape: float | None = None
+    x_lo: tuple[float, ...] | None = None     # feature range of the fitted data: predictions clip to it
+    x_hi: tuple[float, ...] | None = None     # rather than extrapolate the regression
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class PowerFit:
     r2: float
     n: int
     v_min_ratio: float = 0.7          # V(f_min)/V(f_max) of the voltage-frequency curve
+    gap_w: float | None = None        # while the GPU waits for the host (clocks up, no kernel); None: static_w
 
 
 @dataclass(frozen=True)
@@ -108,9 +111,15 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
         cov = tuple(tuple(float(c) for c in row) for row in _need(fit, "cov", list, w))
         if len(coef) != len(features) or len(cov) != len(features) or any(len(r) != len(features) for r in cov):
             raise ProfileError(f"{w}: coef/cov must have {len(features)} entries (one per feature)")
+        bounds = []
+        for key in ("x_lo", "x_hi"):
+            value = fit.get(key)
+            if value is not None and (not isinstance(value, list) or len(value) != len(features)):
+                raise ProfileError(f"{w}: {key} must list {len(features)} numbers (one per feature)")
+            bounds.append(tuple(float(v) for v in value) if value is not None else None)
         residuals[cat] = ResidualFit(coef, cov, float(_need(fit, "sigma", num, w)), float(_need(fit, "r2", num, w)),
                                      int(_need(fit, "n", int, w)), fit.get("holdout_median_ape"),
-                                     fit.get("holdout_p90_ape"))
+                                     fit.get("holdout_p90_ape"), *bounds)
     if "default" not in residuals:
         raise ProfileError(f"{where}: residuals needs a 'default' entry for categories without data")
     power = data.get("power")
@@ -118,7 +127,8 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
         w = f"{where}: power"
         power = PowerFit(**{k: float(_need(power, k, num, w)) for k in
                             ("static_w", "idle_w", "tensor_w", "vector_w", "memory_w", "sigma_w", "r2")},
-                         n=int(_need(power, "n", int, w)), v_min_ratio=float(power.get("v_min_ratio", 0.7)))
+                         n=int(_need(power, "n", int, w)), v_min_ratio=float(power.get("v_min_ratio", 0.7)),
+                         gap_w=float(power["gap_w"]) if power.get("gap_w") is not None else None)
     host = _need(data, "host_op_s", dict, where)
     if "default" not in host:
         raise ProfileError(f"{where}: host_op_s needs a 'default' entry")

@@ -201,8 +201,8 @@ class FuseAttentionDropout(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = dict(kwargs or {})
         if func is torch.nn.functional.scaled_dot_product_attention:
-            if len(args) > 3:
-                args = (*args[:3], 0.0, *args[4:])
+            if len(args) > 4:  # (query, key, value, attn_mask, dropout_p, ...)
+                args = (*args[:4], 0.0, *args[5:])
             elif "dropout_p" in kwargs:
                 kwargs["dropout_p"] = 0.0
         return func(*args, **kwargs)

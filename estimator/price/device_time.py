@@ -20,7 +20,9 @@ MATH_MODE_FALLBACK = {"fp8": "fp16", "int8": "fp16", "bf16": "fp32", "fp16": "fp
                       "int": "fp32", "fp64": "fp32"}
 GEMM_TILE = 128                       # output tile edge of the tensor-core GEMM kernels that dominate
 ALIGN_ELEMENTS = {"fp32": 4, "tf32": 4, "bf16": 8, "fp16": 8, "fp8": 16, "int8": 16}
-RESIDUAL_CLIP = (np.log(0.2), np.log(50.0))
+# The fitted correction never makes an op faster than its roofline at catalogue peaks (a physical
+# bound for DRAM-resident data), nor more than 50x slower.
+RESIDUAL_CLIP = (0.0, np.log(50.0))
 Z90 = 1.6449                          # two-sided 90 % interval
 
 
@@ -100,7 +102,11 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     compute = table.flops / peak
     memory = table.bytes / gpu.memory_bandwidth_bytes_per_s
     roof = np.maximum(compute, memory)
-    x = residual_features(table, gpu, mode, peak, roof)
+    # An op's efficiency relative to its roofline is a property of its shape, not of the clock it
+    # runs at: features use the roofline at the catalogue's reference clock, so compute-bound ops
+    # scale exactly 1/f.
+    roof_ref = np.maximum(table.flops / np.where(peak_ref > 0, peak_ref, np.inf), memory)
+    x = residual_features(table, gpu, mode, peak_ref, roof_ref)
     log_eff = np.zeros(len(table))
     coef_var = np.zeros(len(table))
     resid_var = np.zeros(len(table))
@@ -113,6 +119,8 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
         beta = np.asarray(fit.coef)
         cov = np.asarray(fit.cov)
         xs = x[sel]
+        if fit.x_lo is not None and fit.x_hi is not None:
+            xs = np.clip(xs, np.asarray(fit.x_lo), np.asarray(fit.x_hi))
         log_eff[sel] = xs @ beta
         coef_var[sel] = np.einsum("ij,jk,ik->i", xs, cov, xs)
         resid_var[sel] = fit.sigma ** 2

@@ -20,6 +20,7 @@ from .power import NodePower, node_power, transfer_power
 from .profile_choice import ProfileChoice, choose_profile
 
 BOUNDS = ("host", "latency", "memory", "compute")
+HW_SLOWDOWN_FLOOR = 0.25  # fraction of the lowest supported clock that hardware slowdown can reach
 CLOCK_SEARCH_STEPS = 14   # bisection steps for a power-capped clock: (max-min)/2^14 < 0.1 MHz
 
 
@@ -156,7 +157,9 @@ def _phase_capped_clocks(table: NodeTable, gpu: GPUSpec, clock: float, limit_w: 
         return clocks
     phases = [p for p in PHASES if (table.phase == p).any()]
     masks = {p: table.phase == p for p in phases}
-    lo = {p: gpu.min_clock_mhz for p in phases}
+    # Below its lowest supported clock the hardware still enforces a limit (clock slowdown / duty
+    # cycling), so the search may go under min_clock_mhz, down to HW_SLOWDOWN_FLOOR of it.
+    lo = {p: gpu.min_clock_mhz * HW_SLOWDOWN_FLOOR for p in phases}
     hi = {p: clock for p in phases}
 
     def over_limit(clk: np.ndarray) -> dict[str, bool]:
@@ -213,6 +216,16 @@ def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = 
         warn_notes(notes)
     if choice.source != "measured":
         notes = [choice.note, *notes]
+    if power is not None and len(table):
+        for p, clk in ((p, c) for p in PHASES for c in [clocks[table.phase == p]] if len(c)):
+            d_p = times.device_s[table.phase == p]
+            avg = float((power.power_w[table.phase == p] * d_p).sum() / max(d_p.sum(), 1e-30))
+            if avg > limit_w * 1.001 and float(clk.max()) <= spec.min_clock_mhz * HW_SLOWDOWN_FLOOR + 1e-6:
+                notes.append(f"the {p} phase draws {avg:.0f} W even fully throttled: the {limit_w:g} W limit "
+                             "cannot be met according to this power model")
+            elif float(clk.max()) < spec.min_clock_mhz - 1e-6:
+                notes.append(f"the {p} phase runs below the lowest supported clock ({float(clk.max()):.0f} < "
+                             f"{spec.min_clock_mhz:g} MHz) to meet {limit_w:g} W, as hardware slowdown does")
     unsupported = graph_unsupported_ops(graph)
     if unsupported:
         notes.append(f"{sum(unsupported.values())} ops have no cost formula and were priced by their bytes: "

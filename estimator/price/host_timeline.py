@@ -34,13 +34,15 @@ def host_costs(table: NodeTable, profile: Profile, launch: str, host_scale: floa
     if launch == "graph":  # one replay dispatches everything
         cost = np.zeros(len(table))
         if len(table):
-            cost[0] = profile.host_op_s.get("graph_launch", 1e-05)
+            # Replaying a captured graph is one dispatch from the host.
+            cost[0] = profile.host_op_s.get("graph_launch", profile.host_op_s["default"])
         return cost * host_scale
     base = table.map_category(profile.host_op_s, profile.host_op_s["default"])
     cost = np.where(table.free | table.host_only, profile.host_only_op_s, base)
     extra_launch = profile.host_op_s.get("launch", 0.0) * np.maximum(table.kernels - 1, 0)
     cost = cost + np.where(table.free, 0.0, extra_launch)
     cost = np.where(table.phase == "backward", cost * profile.host_backward_factor, cost)
+    cost = cost + table.module_calls * profile.host_op_s.get("module_call", 0.0)
     return cost * host_scale
 
 

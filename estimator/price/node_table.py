@@ -35,6 +35,7 @@ class NodeTable:
     host_only: np.ndarray     # bool: runs on the CPU only
     supported: np.ndarray     # bool
     tensor_core: np.ndarray   # bool: FLOPs run on tensor cores (peak depends on the math mode)
+    module_calls: np.ndarray  # Python nn.Module calls dispatched just before this node
 
     def __len__(self) -> int:
         return len(self.op)
@@ -63,6 +64,7 @@ class NodeTable:
             host_only=np.asarray(col("host_only", False), dtype=bool),
             supported=np.asarray(col("supported", True), dtype=bool),
             tensor_core=np.asarray([r.get("category") in TENSOR_CORE_CATEGORIES for r in rows], dtype=bool),
+            module_calls=np.asarray(col("module_calls", 0), dtype=float),
         )
 
 

@@ -3,7 +3,8 @@
 P = static(f) + s(f) * (tensor_w * u_tc + vector_w * u_vec) + memory_w * u_mem
 s(f) = (f / f_max) * (V(f) / V(f_max))^2, V linear in f between v_min_ratio and 1 (P_dyn ~ f V^2);
 static(f) = idle_w + (static_w - idle_w) * (V(f)/V(f_max))^2 (leakage follows voltage).
-Memory power does not scale with the SM clock. Host-bound gaps draw static(f).
+Memory power does not scale with the SM clock. Host-bound gaps draw gap(f), built the same way
+from gap_w (static(f) when the profile has no measured gap power).
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def transfer_power(fit: PowerFit, source: GPUSpec, target: GPUSpec) -> PowerFit:
     if source.name == target.name:
         return fit
     ratio = (target.tdp_w - target.idle_power_w) / max(source.tdp_w - source.idle_power_w, 1.0)
-    return replace(fit, idle_w=target.idle_power_w,
+    gap = None if fit.gap_w is None else target.idle_power_w + (fit.gap_w - fit.idle_w) * ratio
+    return replace(fit, idle_w=target.idle_power_w, gap_w=gap,
                    static_w=target.idle_power_w + (fit.static_w - fit.idle_w) * ratio,
                    tensor_w=fit.tensor_w * ratio, vector_w=fit.vector_w * ratio,
                    memory_w=fit.memory_w * ratio, sigma_w=fit.sigma_w * ratio)
@@ -37,7 +39,7 @@ def transfer_power(fit: PowerFit, source: GPUSpec, target: GPUSpec) -> PowerFit:
 @dataclass(frozen=True)
 class NodePower:
     power_w: np.ndarray        # average power while the node runs
-    static_w: np.ndarray       # power while idle-waiting at that node's clock
+    static_w: np.ndarray       # power while idle-waiting for the host at that node's clock
     util_tensor: np.ndarray
     util_vector: np.ndarray
     util_memory: np.ndarray
@@ -53,10 +55,11 @@ def node_power(table: NodeTable, times: DeviceTimes, gpu: GPUSpec, clock_mhz: np
     v = voltage_ratio(gpu, clock_mhz, fit.v_min_ratio)
     scale = np.asarray(clock_mhz, dtype=float) / gpu.max_clock_mhz * v ** 2
     static = fit.idle_w + (fit.static_w - fit.idle_w) * v ** 2
+    waiting = static if fit.gap_w is None else fit.idle_w + (fit.gap_w - fit.idle_w) * v ** 2
     dyn = scale * (fit.tensor_w * np.where(tc, util_compute, 0.0) + fit.vector_w * np.where(tc, 0.0, util_compute))
     power = static + dyn + fit.memory_w * util_mem
     active = times.device_s > 0
-    power = np.where(active, power, static)
+    power = np.where(active, power, waiting)
     n = len(table)
-    return NodePower(np.broadcast_to(power, (n,)).astype(float), np.broadcast_to(static, (n,)).astype(float),
+    return NodePower(np.broadcast_to(power, (n,)).astype(float), np.broadcast_to(waiting, (n,)).astype(float),
                      np.where(tc, util_compute, 0.0), np.where(tc, 0.0, util_compute), util_mem)
