@@ -444,13 +444,10 @@ def test_sdpa_bf16_vit_is_flash():
 
 
 # F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, ...):
-# FuseAttentionDropout overwrites args[3] (attn_mask) with 0.0 instead of args[4] (dropout_p), so any call
-# passing attn_mask positionally fails to trace ("argument 'attn_mask' (position 4) must be Tensor, not float").
-SDPA_POSITIONAL_BUG = pytest.mark.xfail(strict=True, raises=TraceError, reason=(
-    "recorder bug: FuseAttentionDropout replaces positional args[3] (attn_mask) instead of args[4] (dropout_p)"))
+# dropout folding must replace args[4] (dropout_p), never args[3] (attn_mask).
 
 
-@pytest.mark.parametrize("positional_dropout", [False, pytest.param(True, marks=SDPA_POSITIONAL_BUG)])
+@pytest.mark.parametrize("positional_dropout", [False, True])
 def test_sdpa_with_dropout_is_one_attention_node(positional_dropout):
     class DropoutAttention(CausalSelfAttention):
         def forward(self, x):
@@ -471,7 +468,6 @@ def test_sdpa_with_dropout_is_one_attention_node(positional_dropout):
         "aten._scaled_dot_product_flash_attention_backward.default"]
 
 
-@SDPA_POSITIONAL_BUG
 def test_sdpa_positional_mask_traces():
     """attn_mask given positionally (as nn.MultiheadAttention's functional form does) is kept."""
     class PositionalMask(CausalSelfAttention):

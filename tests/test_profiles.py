@@ -1,0 +1,51 @@
+"""The shipped profiles are exactly what `gpuest fit` makes of the committed raw measurements."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from calibration.fit import fit_profile, load_raw
+from estimator.profile import load_profile, shipped_profiles
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILES = ["H100-SXM", "H200"]
+
+
+def _close(a, b, path="profile"):
+    """Equal structure; floats equal to 1e-9 relative (BLAS summation order may differ by machine)."""
+    if isinstance(a, dict):
+        assert set(a) == set(b), f"{path}: keys differ: {set(a) ^ set(b)}"
+        for k in a:
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), f"{path}: lengths differ"
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-6, abs=1e-12), f"{path}: {a} != {b}"
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+@pytest.mark.parametrize("gpu", PROFILES)
+def test_refit_reproduces_committed_profile(gpu):
+    raw_path = f"data/calibration/{gpu}.jsonl"
+    val_path = f"data/validation/{gpu}-quick.jsonl"
+    out = f"estimator/profiles/{gpu}.json"
+    validation = [json.loads(x) for x in (ROOT / val_path).read_text().splitlines() if x.strip()]
+    refit = fit_profile(load_raw(ROOT / raw_path), validation=validation,
+                        command=f"gpuest fit {raw_path} -o {out} --validation {val_path}")
+    committed = json.loads((ROOT / out).read_text())
+    _close(json.loads(json.dumps(refit.to_json())), committed)
+
+
+def test_shipped_profiles_are_measured_and_used():
+    shipped = shipped_profiles()
+    assert set(PROFILES) <= set(shipped)
+    for name in PROFILES:
+        prof = load_profile(ROOT / f"estimator/profiles/{name}.json")
+        assert prof.kind == "measured" and prof.power is not None
+        assert prof.provenance["gpu_name"].startswith("NVIDIA H")
+        assert prof.provenance["fitted_rows"] > 500
