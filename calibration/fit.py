@@ -305,7 +305,9 @@ def fit_host_and_gap(profile: Profile, validation: list[dict[str, Any]], gpu: GP
         graphs.append(g)
         xs.append(host_terms(g, profile))
         ys.append(r["wall_s"])
-    coef = lsq_linear(np.array(xs), np.array(ys), bounds=(0.0, np.inf)).x
+    # Relative errors: every run counts equally, so long training steps do not drown small ones.
+    x_arr, y_arr = np.array(xs), np.array(ys)
+    coef = lsq_linear(x_arr / y_arr[:, None], np.ones(len(y_arr)), bounds=(0.0, np.inf)).x
     scale_fwd, scale_bwd, scale_opt, module_call_s, host_only_s = (float(c) for c in coef)
     host = {k: v * scale_fwd for k, v in profile.host_op_s.items() if k not in ("module_call", "graph_launch")}
     host["optimizer"] = profile.host_op_s.get("optimizer", profile.host_op_s["default"]) * scale_opt
@@ -313,8 +315,8 @@ def fit_host_and_gap(profile: Profile, validation: list[dict[str, Any]], gpu: GP
     host["graph_launch"] = profile.host_op_s["default"]
     fitted = replace(profile, host_op_s=host, host_only_op_s=host_only_s,
                      host_backward_factor=scale_bwd / scale_fwd if scale_fwd > 0 else profile.host_backward_factor)
-    pred = np.array(xs) @ coef
-    info = {"host_fit_runs": len(rows), "host_fit_median_ape": float(np.median(np.abs(pred / np.array(ys) - 1)) * 100)}
+    pred = x_arr @ coef
+    info = {"host_fit_runs": len(rows), "host_fit_median_ape": float(np.median(np.abs(pred / y_arr - 1)) * 100)}
     gaps = []
     if fitted.power is not None:
         for r, g in zip(rows, graphs):

@@ -572,6 +572,27 @@ def scatter_png(df: pd.DataFrame, png: Path) -> None:
     plt.close(fig)
 
 
+def op_holdout_markdown() -> str:
+    """Per-op device-time accuracy on the calibration suite's held-out shapes, from the shipped profiles
+    (written there by `gpuest fit`: the fitted model priced on benchmarks it never saw)."""
+    from ..profile import shipped_profiles
+    profiles = shipped_profiles()
+    if not profiles:
+        return ""
+    L = ["## Per-op accuracy on held-out calibration shapes", "",
+         "Device time of single ops from the calibration suite whose shapes were held out of the fit "
+         "(about 20 % of each category), priced with the full model (roofline, residual, latency). Source: "
+         "the `holdout_median_ape` / `holdout_p90_ape` fields `gpuest fit` writes into each shipped profile.", "",
+         "| GPU | category | fitted benchmarks | held-out median APE | held-out P90 APE |", "|---|---|---|---|---|"]
+    for gpu, prof in sorted(profiles.items()):
+        for cat, fit in sorted(prof.residuals.items()):
+            if fit.holdout_median_ape is None:
+                continue
+            L.append(f"| {gpu} | {cat} | {fit.n} | {fit.holdout_median_ape:.1f} % | {fit.holdout_p90_ape:.1f} % |")
+    L.append("")
+    return "\n".join(L)
+
+
 # ================================================================== entry points
 
 def build_report(result_files: list[Path], out_md: Path, *, png: Path | None = None, jobs: int = 1,
@@ -600,7 +621,7 @@ def build_report(result_files: list[Path], out_md: Path, *, png: Path | None = N
         scatter_png(df, Path(png))
     md = render_markdown(metrics=metrics, aims=aims, df=df, rows=rows, skipped=skipped, per_op=per_op,
                          result_files=result_files, out_md=out_md, png=png, command=command, cross=cross)
-    out_md.write_text(md + "\n")
+    out_md.write_text(md + "\n\n" + op_holdout_markdown() + "\n")
     return {
         "source_files": [str(f) for f in result_files], "n_rows": len(rows), "skipped": skipped,
         "predictors": metrics, "aims": aims, "per_op": per_op,
