@@ -2,7 +2,8 @@
 
 P = static(f) + s(f) * (tensor_w * u_tc + vector_w * u_vec) + memory_w * u_mem
 s(f) = (f / f_max) * (V(f) / V(f_max))^2, V linear in f between v_min_ratio and 1 (P_dyn ~ f V^2);
-static(f) = idle_w + (static_w - idle_w) * (V(f)/V(f_max))^2 (leakage follows voltage).
+static(f) = idle_w + (static_w - idle_w) * s(f): above idle, the power of a busy but unloaded GPU is
+clock-tree and uncore switching power, which scales like dynamic power.
 Memory power does not scale with the SM clock. Host-bound gaps draw gap(f), built the same way
 from gap_w (static(f) when the profile has no measured gap power).
 """
@@ -54,8 +55,10 @@ def node_power(table: NodeTable, times: DeviceTimes, gpu: GPUSpec, clock_mhz: np
     tc = table.tensor_core
     v = voltage_ratio(gpu, clock_mhz, fit.v_min_ratio)
     scale = np.asarray(clock_mhz, dtype=float) / gpu.max_clock_mhz * v ** 2
-    static = fit.idle_w + (fit.static_w - fit.idle_w) * v ** 2
-    waiting = static if fit.gap_w is None else fit.idle_w + (fit.gap_w - fit.idle_w) * v ** 2
+    # Above idle, a busy-but-unloaded GPU burns mostly clock-distribution and uncore switching power,
+    # which scales like dynamic power (f * V^2), not like leakage.
+    static = fit.idle_w + (fit.static_w - fit.idle_w) * scale
+    waiting = static if fit.gap_w is None else fit.idle_w + (fit.gap_w - fit.idle_w) * scale
     dyn = scale * (fit.tensor_w * np.where(tc, util_compute, 0.0) + fit.vector_w * np.where(tc, 0.0, util_compute))
     power = static + dyn + fit.memory_w * util_mem
     active = times.device_s > 0
