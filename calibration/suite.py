@@ -150,6 +150,17 @@ def _backward_built(fwd: Callable[..., torch.Tensor], make_leaves: Callable[[int
     return Built(fn, make_set, spec)
 
 
+def _fwd_bwd(out: list[Benchmark], prefix: str, tag: str, category: str, op: str, params: dict[str, Any],
+             fwd: Callable[..., torch.Tensor], leaves: Callable[..., tuple], n_grad: int,
+             fwd_est_ms: float, bwd_est_ms: float) -> None:
+    """Append the forward benchmark of `fwd` and the benchmark of its backward alone."""
+    out.append(Benchmark(f"{prefix}_fwd_{tag}", category, {"op": op, **params},
+                         lambda device, seed: Built(fwd, lambda i: leaves(device, seed, i)), est_ms=fwd_est_ms))
+    out.append(Benchmark(f"{prefix}_bwd_{tag}", category, {"op": op + "_backward", **params},
+                         lambda device, seed: _backward_built(fwd, lambda i: leaves(device, seed, i), n_grad),
+                         est_ms=bwd_est_ms))
+
+
 def _simple(fn: Callable[..., Any], shapes: Sequence[Sequence[int]], dtypes: Sequence[torch.dtype]) \
         -> Callable[[torch.device, int], Built]:
     def build(device: torch.device, seed: int) -> Built:
@@ -413,15 +424,9 @@ def _reduction(out: list[Benchmark]) -> None:
                     return fn(x, -1)
                 nb = 2.0 * r * c * dt.itemsize
                 params = {"op": opname, "dtype": mode, "rows": r, "cols": c}
-                out.append(Benchmark(f"{opname}_fwd_{mode}_{r}x{c}", "reduction", params,
-                                     lambda device, seed, leaves=leaves, fwd=fwd: Built(
-                                         fwd, lambda i: leaves(device, seed, i)),
-                                     est_ms=_est(5.0 * r * c, nb)))
-                out.append(Benchmark(f"{opname}_bwd_{mode}_{r}x{c}", "reduction",
-                                     {**params, "op": opname + "_backward"},
-                                     lambda device, seed, leaves=leaves, fwd=fwd: _backward_built(
-                                         fwd, lambda i: leaves(device, seed, i), 1),
-                                     est_ms=_est(3.0 * r * c, 1.5 * nb)))
+                _fwd_bwd(out, opname, f"{mode}_{r}x{c}", "reduction", opname,
+                         {k: v for k, v in params.items() if k != "op"}, fwd, leaves, 1,
+                         _est(5.0 * r * c, nb), _est(3.0 * r * c, 1.5 * nb))
 
 
 def _norm(out: list[Benchmark]) -> None:
@@ -442,13 +447,8 @@ def _norm(out: list[Benchmark]) -> None:
                 return F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1)
             params = {"dtype": mode, "batch": n, "channels": c, "hw": hw}
             tag = f"{mode}_n{n}_c{c}_hw{hw}"
-            out.append(Benchmark(f"batchnorm_fwd_{tag}", "norm", {"op": "batch_norm", **params},
-                                 lambda device, seed, leaves=leaves: Built(bn, lambda i: leaves(device, seed, i)),
-                                 est_ms=_est(5.0 * numel, 3.0 * numel * dt.itemsize)))
-            out.append(Benchmark(f"batchnorm_bwd_{tag}", "norm", {"op": "batch_norm_backward", **params},
-                                 lambda device, seed, leaves=leaves: _backward_built(
-                                     bn, lambda i: leaves(device, seed, i), 3),
-                                 est_ms=_est(8.0 * numel, 4.0 * numel * dt.itemsize)))
+            _fwd_bwd(out, "batchnorm", tag, "norm", "batch_norm", params, bn, leaves, 3,
+                     _est(5.0 * numel, 3.0 * numel * dt.itemsize), _est(8.0 * numel, 4.0 * numel * dt.itemsize))
     # layer norm over the last dim
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
@@ -464,13 +464,8 @@ def _norm(out: list[Benchmark]) -> None:
                 return F.layer_norm(x, (x.shape[-1],), w, b)
             params = {"dtype": mode, "tokens": tokens, "dim": dim}
             tag = f"{mode}_t{tokens}_d{dim}"
-            out.append(Benchmark(f"layernorm_fwd_{tag}", "norm", {"op": "layer_norm", **params},
-                                 lambda device, seed, leaves=leaves: Built(ln, lambda i: leaves(device, seed, i)),
-                                 est_ms=_est(5.0 * numel, 2.0 * numel * dt.itemsize)))
-            out.append(Benchmark(f"layernorm_bwd_{tag}", "norm", {"op": "layer_norm_backward", **params},
-                                 lambda device, seed, leaves=leaves: _backward_built(
-                                     ln, lambda i: leaves(device, seed, i), 3),
-                                 est_ms=_est(8.0 * numel, 3.0 * numel * dt.itemsize)))
+            _fwd_bwd(out, "layernorm", tag, "norm", "layer_norm", params, ln, leaves, 3,
+                     _est(5.0 * numel, 2.0 * numel * dt.itemsize), _est(8.0 * numel, 3.0 * numel * dt.itemsize))
     # group norm
     for n, c, hw, groups in [(8, 256, 64, 32), (32, 128, 32, 32), (2, 512, 128, 32), (16, 64, 56, 8)]:
         numel = n * c * hw * hw
@@ -485,13 +480,8 @@ def _norm(out: list[Benchmark]) -> None:
             return F.group_norm(x, g, w, b)
         params = {"dtype": "fp32", "batch": n, "channels": c, "hw": hw, "groups": groups}
         tag = f"fp32_n{n}_c{c}_hw{hw}_g{groups}"
-        out.append(Benchmark(f"groupnorm_fwd_{tag}", "norm", {"op": "group_norm", **params},
-                             lambda device, seed, leaves=leaves, gn=gn: Built(gn, lambda i: leaves(device, seed, i)),
-                             est_ms=_est(5.0 * numel, 8.0 * numel)))
-        out.append(Benchmark(f"groupnorm_bwd_{tag}", "norm", {"op": "group_norm_backward", **params},
-                             lambda device, seed, leaves=leaves, gn=gn: _backward_built(
-                                 gn, lambda i: leaves(device, seed, i), 3),
-                             est_ms=_est(8.0 * numel, 12.0 * numel)))
+        _fwd_bwd(out, "groupnorm", tag, "norm", "group_norm", params, gn, leaves, 3,
+                 _est(5.0 * numel, 8.0 * numel), _est(8.0 * numel, 12.0 * numel))
 
 
 def _pool(out: list[Benchmark]) -> None:
@@ -508,13 +498,8 @@ def _pool(out: list[Benchmark]) -> None:
                 return F.max_pool2d(x, 3, 2, 1)
             params = {"dtype": mode, "batch": n, "channels": c, "hw": hw}
             tag = f"{mode}_n{n}_c{c}_hw{hw}"
-            out.append(Benchmark(f"maxpool_fwd_{tag}", "pool", {"op": "max_pool2d_3x3s2", **params},
-                                 lambda device, seed, leaves=leaves: Built(mp, lambda i: leaves(device, seed, i)),
-                                 est_ms=_est(9.0 * numel / 4, 1.25 * numel * dt.itemsize)))
-            out.append(Benchmark(f"maxpool_bwd_{tag}", "pool", {"op": "max_pool2d_3x3s2_backward", **params},
-                                 lambda device, seed, leaves=leaves: _backward_built(
-                                     mp, lambda i: leaves(device, seed, i), 1),
-                                 est_ms=_est(numel, 2.0 * numel * dt.itemsize)))
+            _fwd_bwd(out, "maxpool", tag, "pool", "max_pool2d_3x3s2", params, mp, leaves, 1,
+                     _est(9.0 * numel / 4, 1.25 * numel * dt.itemsize), _est(numel, 2.0 * numel * dt.itemsize))
     for n, c, hw in [(32, 2048, 7), (128, 512, 14), (1, 1280, 7), (64, 256, 56)]:
         numel = n * c * hw * hw
 
