@@ -422,7 +422,7 @@ def render_markdown(*, metrics: dict[str, Any], aims: list[dict[str, Any]], df: 
                     if set(sources) - {"measured"} else "."))
         L.append("")
     if cross:
-        L.append("Cross-GPU pairs: " + ", ".join(f"{g} rows priced with the {p} profile (`{path}`)"
+        L.append("Cross-GPU pairs: " + ", ".join(f"{g} rows priced with the {p} profile (`{_shown_path(path)}`)"
                                                  for g, (p, path) in cross.items()) + ".")
     else:
         L.append("Cross-GPU: no sibling profile (H100 / H200) is present in estimator/profiles/, so the cross-GPU "
@@ -570,6 +570,15 @@ def scatter_png(df: pd.DataFrame, png: Path) -> None:
     Path(png).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=120)
     plt.close(fig)
+
+
+def _shown_path(path: str | Path) -> str:
+    """A path relative to the working directory when it lies below it (reports must not embed a
+    machine's absolute paths)."""
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def op_holdout_markdown() -> str:
