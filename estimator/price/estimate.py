@@ -63,25 +63,21 @@ class Estimate:
     def by_module(self, depth: int = 1) -> pd.DataFrame:
         """Time, energy, FLOPs and bytes summed per module path cut at `depth` components."""
         df = self.per_node[~self.per_node["free"]]
-        key = df["module"].map(lambda m: ".".join(m.split(".")[:depth]) if m else "(top level)")
-        out = df.groupby(key).agg(nodes=("op", "size"), time_s=("time_s", "sum"), energy_j=("energy_j", "sum"),
-                                  flops=("flops", "sum"), bytes=("bytes", "sum"))
-        out["share"] = out["time_s"] / max(self.device_time_s, 1e-30)
-        return out.sort_values("time_s", ascending=False)
+        return self._summed(df["module"].map(lambda m: ".".join(m.split(".")[:depth]) if m else "(top level)"))
 
     def by_operator(self) -> pd.DataFrame:
         """Time, energy, FLOPs and bytes summed per ATen op."""
-        df = self.per_node[~self.per_node["free"]]
-        out = df.groupby("op").agg(nodes=("op", "size"), time_s=("time_s", "sum"), energy_j=("energy_j", "sum"),
-                                   flops=("flops", "sum"), bytes=("bytes", "sum"))
-        out["share"] = out["time_s"] / max(self.device_time_s, 1e-30)
-        return out.sort_values("time_s", ascending=False)
+        return self._summed("op")
 
     def by_category(self) -> pd.DataFrame:
+        """Time, energy, FLOPs and bytes summed per cost category."""
+        return self._summed("category")
+
+    def _summed(self, key: Any) -> pd.DataFrame:
+        """Node counts and sums of the non-free nodes grouped by `key` (a column name or a Series)."""
         df = self.per_node[~self.per_node["free"]]
-        out = df.groupby("category").agg(nodes=("op", "size"), time_s=("time_s", "sum"),
-                                         energy_j=("energy_j", "sum"), flops=("flops", "sum"),
-                                         bytes=("bytes", "sum"))
+        out = df.groupby(key).agg(nodes=("op", "size"), time_s=("time_s", "sum"), energy_j=("energy_j", "sum"),
+                                  flops=("flops", "sum"), bytes=("bytes", "sum"))
         out["share"] = out["time_s"] / max(self.device_time_s, 1e-30)
         return out.sort_values("time_s", ascending=False)
 
@@ -134,20 +130,35 @@ class Estimate:
 # ---------------------------------------------------------------------------------------------------------
 
 
+def _device_and_power(table: NodeTable, gpu: GPUSpec, clocks: np.ndarray, choice: ProfileChoice,
+                      launch: str) -> tuple[DeviceTimes, NodePower | None, list[str]]:
+    times, notes = device_times(table, gpu, clocks, choice.profile, launch)
+    fit = choice.profile.power
+    power = None if fit is None else node_power(table, times, gpu, clocks,
+                                                transfer_power(fit, get_gpu(choice.profile.gpu), gpu))
+    return times, power, notes
+
+
 def _price(table: NodeTable, gpu: GPUSpec, clocks: np.ndarray, choice: ProfileChoice, launch: str,
            host_scale: float) -> tuple[DeviceTimes, Timeline, NodePower | None, list[str]]:
-    times, notes = device_times(table, gpu, clocks, choice.profile, launch)
+    times, power, notes = _device_and_power(table, gpu, clocks, choice, launch)
     timeline = simulate(times.device_s, host_costs(table, choice.profile, launch, host_scale))
-    power = None
-    fit = choice.profile.power
-    if fit is not None:
-        source_gpu = get_gpu(choice.profile.gpu)
-        power = node_power(table, times, gpu, clocks, transfer_power(fit, source_gpu, gpu))
     return times, timeline, power, notes
 
 
+def _phase_power(table: NodeTable, times: DeviceTimes, power: NodePower) -> dict[str, float]:
+    """Device-time-weighted average power (W) of each phase present in the graph."""
+    out = {}
+    for p in PHASES:
+        mask = table.phase == p
+        if mask.any():
+            d = times.device_s[mask]
+            out[p] = float((power.power_w[mask] * d).sum() / max(d.sum(), 1e-30))
+    return out
+
+
 def _phase_capped_clocks(table: NodeTable, gpu: GPUSpec, clock: float, limit_w: float, choice: ProfileChoice,
-                         launch: str, host_scale: float) -> np.ndarray:
+                         launch: str) -> np.ndarray:
     """Per-node clocks: each phase runs at the highest clock <= `clock` whose average power fits `limit_w`.
 
     Power capping acts on the driver's averaging window (milliseconds), so a phase is throttled as a
@@ -163,12 +174,9 @@ def _phase_capped_clocks(table: NodeTable, gpu: GPUSpec, clock: float, limit_w: 
     hi = {p: clock for p in phases}
 
     def over_limit(clk: np.ndarray) -> dict[str, bool]:
-        times, _, power, _ = _price(table, gpu, clk, choice, launch, host_scale)
-        out = {}
-        for p in phases:
-            d = times.device_s[masks[p]]
-            out[p] = float((power.power_w[masks[p]] * d).sum() / max(d.sum(), 1e-30)) > limit_w
-        return out
+        # The host timeline does not change power per node: price device time and power only.
+        times, power, _ = _device_and_power(table, gpu, clk, choice, launch)
+        return {p: w > limit_w for p, w in _phase_power(table, times, power).items()}
 
     first = over_limit(clocks)
     todo = [p for p in phases if first[p]]
@@ -210,16 +218,15 @@ def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = 
     limit_w = spec.tdp_w if power_limit is None else spec.check_power_limit(power_limit)
     table = node_table(graph)
     choice = choose_profile(spec, profile)
-    clocks = _phase_capped_clocks(table, spec, clock_mhz, limit_w, choice, launch, host_scale)
+    clocks = _phase_capped_clocks(table, spec, clock_mhz, limit_w, choice, launch)
     times, timeline, power, notes = _price(table, spec, clocks, choice, launch, host_scale)
     if warn:
         warn_notes(notes)
     if choice.source != "measured":
         notes = [choice.note, *notes]
     if power is not None and len(table):
-        for p, clk in ((p, c) for p in PHASES for c in [clocks[table.phase == p]] if len(c)):
-            d_p = times.device_s[table.phase == p]
-            avg = float((power.power_w[table.phase == p] * d_p).sum() / max(d_p.sum(), 1e-30))
+        for p, avg in _phase_power(table, times, power).items():
+            clk = clocks[table.phase == p]
             if avg > limit_w * 1.001 and float(clk.max()) <= spec.min_clock_mhz * HW_SLOWDOWN_FLOOR + 1e-6:
                 notes.append(f"the {p} phase draws {avg:.0f} W even fully throttled: the {limit_w:g} W limit "
                              "cannot be met according to this power model")
