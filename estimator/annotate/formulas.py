@@ -9,6 +9,7 @@ embeddings, copies, foreach optimizer ops, RNN layers). A multiply-add counts 2 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -36,9 +37,8 @@ def torch_flops(call: OpCall, packet: Any = None) -> float:
 
 def _with_gemm(call: OpCall, category: str, flops: float, mnk: tuple[int, int, int], batch: int = 1,
                kernels: int = 1) -> Cost:
-    base = generic_cost(call, category=category, flops=flops, kernels=kernels)
-    return Cost(base.flops, base.bytes_read, base.bytes_written, category,
-                gemm_mnk=tuple(int(v) for v in mnk), gemm_batch=int(batch), kernels=kernels)
+    return replace(generic_cost(call, category=category, flops=flops, kernels=kernels),
+                   gemm_mnk=tuple(int(v) for v in mnk), gemm_batch=int(batch))
 
 
 @register_cost(aten.mm)
