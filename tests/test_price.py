@@ -201,3 +201,14 @@ def test_interval_brackets_prediction(big_matmul):
 def test_str_is_summary_table(big_matmul):
     text = str(estimator.estimate(big_matmul, "A100", clock=1410))
     assert "A100" in text and "1410 MHz" in text and "wall time" in text and "mm" in text
+
+
+def test_infeasible_power_limit_is_reported(big_matmul):
+    """A limit below the power the model predicts even fully throttled is not silently 'met'."""
+    import dataclasses
+    from estimator.profile import prior_profile
+    prior = prior_profile()
+    hot = dataclasses.replace(prior, power=dataclasses.replace(prior.power, idle_w=450.0, static_w=500.0))
+    est = estimator.estimate(big_matmul, "H100", power_limit=200, profile=hot)
+    assert any("cannot be met" in n for n in est.notes)
+    assert est.avg_power_w > 200
