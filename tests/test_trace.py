@@ -587,3 +587,31 @@ def test_graphml_round_trip(resnet_training, tmp_path):
     original = dict(graph.nodes(data=True))
     for key, attrs in back.nodes(data=True):
         assert attrs == original[int(key)]
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_fused_rnn_moves_each_tensor_once(cell):
+    """A cuDNN RNN call reads its weights once for the whole sequence, however the CPU decomposes it
+    into time steps: doubling the sequence must not add a weight read per extra step."""
+    rnn_cls = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[cell]
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = rnn_cls(input_size=64, hidden_size=512, num_layers=1, batch_first=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.rnn(x)[0]
+
+    model = Wrapped()
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+
+    def fused_bytes(seq: int) -> float:
+        graph = trace(model, (torch.randn(1, seq, 64),), mode="inference")
+        (node,) = nodes(graph, category="rnn")
+        return node["bytes_read"] + node["bytes_written"]
+
+    short, long = fused_bytes(16), fused_bytes(32)
+    assert short >= weight_bytes
+    activation_per_step = 4 * (64 + 3 * 512) * 4  # input, output and gate-sized state, fp32, generous
+    assert long - short < 16 * activation_per_step

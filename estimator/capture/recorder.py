@@ -17,7 +17,8 @@ from torch.utils.module_tracker import ModuleTracker
 
 from ..annotate import formulas as _formulas  # noqa: F401  (registers the cost formulas)
 from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
-from ..annotate.registry import REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, storage_key, tensors
+from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, storage_key, tensor_bytes,
+                                 tensors, unique_bytes)
 from .normalize import cuda_op_name
 
 # Dispatcher namespaces that carry no device work (device queries, profiler markers).
@@ -71,6 +72,8 @@ class OpRecorder(TorchDispatchMode):
         # themselves would raise their refcounts and make autograd clone gradients it would steal.
         self._alive: list[Any] = []
         self._fused_key: tuple | None = None
+        self._fused_seen: set[int] = set()       # storages the current fused node already reads or writes
+        self._fused_written: dict[int, float] = {}  # storages it wrote that nothing inside it read yet
         self._entered: list[str] = []  # active modules in the order they were entered
         self._module_calls = 0  # Python module calls since the last recorded op (host overhead)
 
@@ -125,9 +128,11 @@ class OpRecorder(TorchDispatchMode):
         if fused is not None:
             key = (self._fused_scope, self.phase)
             if self._fused_key == key and self.nodes:
-                self._merge(len(self.nodes) - 1, cost, producers, outputs)
+                self._merge(len(self.nodes) - 1, call, cost, producers, outputs)
                 return
             self._fused_key = key
+            self._fused_seen = {storage_key(t) for t in inputs + outputs}
+            self._fused_written = {storage_key(t): tensor_bytes(t) for t in outputs}
             module = self._fused_scope
         else:
             self._fused_key = None
@@ -164,12 +169,21 @@ class OpRecorder(TorchDispatchMode):
                 self._writer[storage_key(t)] = index
         self._keep_alive(inputs + outputs)
 
-    def _merge(self, index: int, cost: Cost, producers: list[int], outputs: list[torch.Tensor]) -> None:
+    def _merge(self, index: int, call: OpCall, cost: Cost, producers: list[int], outputs: list[torch.Tensor]) -> None:
         node = self.nodes[index]
         a = node.attrs
         a["flops"] += float(cost.flops)
-        a["bytes_read"] += float(cost.bytes_read)
-        a["bytes_written"] += float(cost.bytes_written)
+        # One library call moves each tensor once: weights re-read by every time step stay in L2/SMEM,
+        # state written by one step and read by the next never leaves the kernel's working set.
+        # A value one step writes and a later step reads is internal to the call (registers/SMEM);
+        # what is written and never read inside (outputs, saved activations) reaches memory.
+        a["bytes_read"] += unique_bytes(t for t in call.inputs if storage_key(t) not in self._fused_seen)
+        for key in {storage_key(t) for t in call.inputs} & self._fused_written.keys():
+            a["bytes_written"] -= self._fused_written.pop(key)
+        new_out = {storage_key(t): t for t in outputs if storage_key(t) not in self._fused_seen}
+        a["bytes_written"] += sum(tensor_bytes(t) for t in new_out.values())
+        self._fused_written.update((k, tensor_bytes(t)) for k, t in new_out.items())
+        self._fused_seen.update(storage_key(t) for t in call.inputs + outputs)
         a["fused_ops"] += 1
         if cost.category in TENSOR_CORE_CATEGORIES:
             a["kernels"] += cost.kernels
