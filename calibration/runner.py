@@ -202,7 +202,8 @@ def run_benchmark(b: Benchmark, *, device: torch.device, monitor: Any | None, po
                         row["timing_sm_clock_mhz"] = tm.sm_clock_mhz
                         row["timing_throttle_reasons"] = tm.throttle_reasons
                 row.update(time_ms_median=res.median_ms, time_ms_p10=res.p10_ms, time_ms_p90=res.p90_ms,
-                           repeats=res.n, inner=res.inner, rotate=res.rotate, timing_method=res.method)
+                           repeats=res.n, inner=res.inner, rotate=res.rotate, timing_method=res.method,
+                           timing_discarded=res.discarded)
                 if b.kind == "host_dispatch":
                     row["host_dispatch_us"] = host_dispatch_us(built.fn, first, n=20 if dry_run else 200,
                                                                device=device)

@@ -27,6 +27,7 @@ class TimingResult:
     inner: int = 1
     rotate: int = 1
     method: str = "events"  # "events_queued": the host enqueued the group while the GPU was kept busy
+    discarded: int = 0      # queued groups dropped because the host fell behind the spin ahead of them
 
 
 def l2_cache_bytes(device: torch.device | None = None) -> int:
@@ -111,19 +112,33 @@ def time_op(fn: Callable[..., Any], make_inputs: Callable[[int], Sequence[Any]] 
     n = int(min(max_repeats, max(repeats, target_total_ms // max(rough_ms * inner, 1e-3))))
     samples: list[float] = []
     method = "perf_counter"
+    discarded = 0
     if cuda:
         # Short ops: a spin kernel ahead of each group keeps the stream busy while the host enqueues
         # the group, so the events bracket back-to-back kernels (device time), not host dispatch.
         queued = rough_ms < QUEUE_BELOW_MS
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        # The spin must outlast the host's enqueue of the group, or the events bracket host gaps.
+        # Some calls (autograd backward, optimizers) cost more host time than the bound: each group's
+        # enqueue time is measured, the spin grows to twice the slowest seen, and groups enqueued
+        # slower than the spin ahead of them are discarded.
+        spin_s = inner * HOST_US_PER_CALL_BOUND * 1e-6 + 1e-4
+        valid = []
         for j, (start, end) in enumerate(events):
             if queued:
-                _keep_gpu_busy(inner * HOST_US_PER_CALL_BOUND * 1e-6 + 1e-4, dev)
+                _keep_gpu_busy(spin_s, dev)
+            t0 = time.perf_counter()
             start.record()
             run(inner, j * inner)
             end.record()
+            host_s = time.perf_counter() - t0
+            valid.append(not queued or host_s < spin_s)
+            if queued and 2 * host_s > spin_s:
+                spin_s = 2 * host_s
         sync()
-        samples = [s.elapsed_time(e) / inner for s, e in events]
+        all_samples = [s.elapsed_time(e) / inner for s, e in events]
+        samples = [v for v, ok in zip(all_samples, valid) if ok] or all_samples
+        discarded = valid.count(False)
         method = "events_queued" if queued else "events"
     else:
         for j in range(n):
@@ -131,7 +146,7 @@ def time_op(fn: Callable[..., Any], make_inputs: Callable[[int], Sequence[Any]] 
             run(inner, j * inner)
             samples.append((time.perf_counter() - t0) * 1e3 / inner)
     return TimingResult(statistics.median(samples), _percentile(samples, 0.1), _percentile(samples, 0.9),
-                        len(samples), inner, k, method)
+                        len(samples), inner, k, method, discarded)
 
 
 def _device_of(sets: list) -> torch.device:
