@@ -482,10 +482,6 @@ def test_sdpa_positional_mask_traces():
         "aten._scaled_dot_product_efficient_attention.default"]
 
 
-@pytest.mark.xfail(strict=True, reason="transformers>=5 treats FakeTensors as tracing (is_tracing -> "
-                   "_ignore_causal_mask_sdpa returns False), so under trace() HF passes a materialised bool "
-                   "causal mask to SDPA and the efficient backend is assumed, while a real CUDA run passes "
-                   "is_causal=True with no mask and uses flash")
 def test_sdpa_bf16_hf_llama_is_flash():
     pytest.importorskip("transformers")
     lm = load_model("hf:llama", batch=2, seq=16)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib.util
+import inspect
 import json
 import sys
 from dataclasses import dataclass
@@ -294,9 +295,71 @@ def _load_hf(name: str, batch: int, seq: int | None, device: torch.device) -> Lo
         raise ModelSpecError(f"seq {seq} exceeds hf:{canonical}'s max_position_embeddings {max_pos}")
     cls = getattr(transformers, auto_class)
     model = _construct(lambda: cls.from_config(config, attn_implementation="sdpa"), device)
+    _hf_mask_as_on_device(model)
     ids = _ids(batch, seq, int(config.vocab_size), device)
     return LoadedModel(name="hf:" + canonical, family="transformer", model=model,
                        example_inputs={"input_ids": ids}, batch=batch)
+
+
+# transformers' packed-sequence check, swapped for the duration of a traced forward (innermost last).
+_HF_PACKED_CHECK_STACK: list[Any] = []
+
+
+def _hf_mask_as_on_device(model: nn.Module) -> None:
+    """Make a forward on fake tensors build the attention mask a forward on the device builds.
+
+    With no padding mask and no cache, a transformers (>= 5) causal model checks whether the position ids
+    it generated itself (an arange) describe several packed sequences; on real tensors they never do, so
+    the causal mask is skipped and SDPA is called with attn_mask=None, is_causal=True, which lets CUDA run
+    a mask-free kernel (flash) for fp16/bf16. On FakeTensors the check cannot read the values and assumes
+    packing, so the mask is materialised and `trace` would record masked (memory-efficient) attention.
+    For a forward on fake inputs whose caller passed no position ids (so the model generates the arange),
+    the check answers "not packed", as on the device, after running the same ops. Forwards on real
+    tensors (calibration runs), under torch.compile, or with caller-given position ids are untouched, and
+    transformers' function is restored when the forward returns or raises.
+    """
+    try:
+        from transformers import masking_utils
+    except ImportError:
+        return
+    if not callable(getattr(masking_utils, "find_packed_sequence_indices", None)):
+        return  # transformers without the check: nothing to align
+    model.register_forward_pre_hook(_hf_forward_enter, with_kwargs=True)
+    model.register_forward_hook(_hf_forward_exit, with_kwargs=True, always_call=True)
+
+
+def _is_fake(x: Any) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+    return isinstance(x, FakeTensor)
+
+
+def _hf_forward_enter(module: nn.Module, args: tuple, kwargs: dict) -> None:
+    from transformers import masking_utils
+    current = masking_utils.find_packed_sequence_indices
+    _HF_PACKED_CHECK_STACK.append(current)  # restored by _hf_forward_exit, whether swapped or not
+    if torch.compiler.is_compiling() or not any(_is_fake(x) for x in (*args, *kwargs.values())):
+        return
+    try:
+        given = inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments
+    except TypeError:
+        return
+    if given.get("position_ids") is not None or kwargs.get("position_ids") is not None:
+        return
+
+    def find_packed_sequence_indices(position_ids: torch.Tensor) -> torch.Tensor | None:
+        packed = current(position_ids)
+        if packed is None or not _is_fake(packed):
+            return packed
+        (packed[:, -1] == 0).all()  # the ops the device runs before reading the answer (no packing)
+        return None
+
+    masking_utils.find_packed_sequence_indices = find_packed_sequence_indices
+
+
+def _hf_forward_exit(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+    if _HF_PACKED_CHECK_STACK:
+        from transformers import masking_utils
+        masking_utils.find_packed_sequence_indices = _HF_PACKED_CHECK_STACK.pop()
 
 
 # ---------------------------------------------------------------- built-in zoo
