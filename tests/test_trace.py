@@ -611,3 +611,26 @@ def test_fused_rnn_moves_each_tensor_once(cell):
     assert short >= weight_bytes
     activation_per_step = 4 * (64 + 3 * 512) * 4  # input, output and gate-sized state, fp32, generous
     assert long - short < 16 * activation_per_step
+
+
+@pytest.mark.parametrize("lookup", ["embedding", "index_select", "advanced_index"])
+def test_gather_reads_the_selected_rows_not_the_table(lookup):
+    """Looking up 8 rows of a 100k-row table moves about 8 rows; its backward scatters into (and so
+    writes) the whole gradient table."""
+    rows, dim, n = 100_000, 256, 8
+    fns = {"embedding": lambda table, ids: F.embedding(ids, table),
+           "index_select": lambda table, ids: table.index_select(0, ids),
+           "advanced_index": lambda table, ids: table[ids]}
+
+    class Lookup(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.table = torch.nn.Parameter(torch.randn(rows, dim))
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return fns[lookup](self.table, ids)
+
+    graph = trace(Lookup(), (torch.zeros(n, dtype=torch.long),), mode="inference")
+    (node,) = [d for _, d in graph.nodes(data=True) if not d["free"]]
+    assert node["bytes_written"] == n * dim * 4
+    assert node["bytes_read"] == n * dim * 4 + n * 8  # the rows and the int64 indices

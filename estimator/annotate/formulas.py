@@ -215,10 +215,29 @@ def _rnn_layer_backward(call: OpCall) -> Cost:
 
 # ---------------------------------------------------------------- normalisation
 
+def batch_norm_training(call: OpCall) -> bool:
+    """Whether a batch-norm call computes batch statistics (its `training` argument, index 5)."""
+    name = call.func.overloadpacket.__name__
+    if name in ("_native_batch_norm_legit_no_training", "_batch_norm_no_update"):
+        return False
+    flag = call.args[5] if len(call.args) > 5 else call.kwargs.get("training", True)
+    return not isinstance(flag, bool) or flag
+
+
+_norm_statistics = by_category("norm", flops_per_input=5.0)
+_affine = by_category("elementwise", flops_per_input=2.0)
+
+
+@register_cost(*iter_ops(["native_batch_norm", "_native_batch_norm_legit", "cudnn_batch_norm", "miopen_batch_norm",
+                          "_native_batch_norm_legit_no_training", "_batch_norm_no_update"]))
+def _batch_norm(call: OpCall) -> Cost:
+    # With running statistics (eval) batch norm is one per-channel affine pass, a different kernel
+    # from the reduce-then-normalise one training runs.
+    return _norm_statistics(call) if batch_norm_training(call) else _affine(call)
+
+
 for _names, _flops_in in [
-    (["native_layer_norm", "native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update",
-      "cudnn_batch_norm", "miopen_batch_norm", "native_group_norm", "_fused_rms_norm",
-      "_native_batch_norm_legit_no_training", "_batch_norm_no_update", "instance_norm"], 5.0),
+    (["native_layer_norm", "_batch_norm_with_update", "native_group_norm", "_fused_rms_norm", "instance_norm"], 5.0),
     (["native_layer_norm_backward", "native_batch_norm_backward", "batch_norm_backward",
       "cudnn_batch_norm_backward", "native_group_norm_backward", "_fused_rms_norm_backward"], 8.0),
 ]:
@@ -270,8 +289,24 @@ register_cost(*iter_ops([
 
 # ---------------------------------------------------------------- embeddings, gathers, copies
 
-register_cost(*iter_ops(["embedding", "_embedding_bag", "embedding_bag", "_embedding_bag_forward_only"]))(
-    by_category("embedding"))
+register_cost(*iter_ops(["_embedding_bag", "embedding_bag", "_embedding_bag_forward_only"]))(by_category("embedding"))
+
+
+def _gather(category: str):
+    def formula(call: OpCall) -> Cost:
+        # A gather reads the rows it selects, not its whole source (an embedding lookup of 8 tokens
+        # touches 8 rows of a 250k-row table), plus its indices.
+        source = tensors(call.args[:1])
+        keys = {id(t) for t in source}
+        indices = [t for t in call.inputs if id(t) not in keys]
+        written = unique_bytes(call.outputs)
+        read = min(unique_bytes(source), written) + unique_bytes(indices)
+        return Cost(0.0, read, written, category)
+    return formula
+
+
+register_cost(*iter_ops(["embedding"]))(_gather("embedding"))
+register_cost(*iter_ops(["index_select", "gather", "index", "_unsafe_index"]))(_gather("copy"))
 
 
 @register_cost(*iter_ops(["embedding_dense_backward", "_embedding_bag_backward", "_embedding_bag_dense_backward"]))
@@ -282,8 +317,8 @@ def _embedding_backward(call: OpCall) -> Cost:
 
 
 register_cost(*iter_ops([
-    "_to_copy", "copy_", "clone", "cat", "stack", "index_select", "gather", "scatter", "scatter_add",
-    "scatter_reduce", "index", "_unsafe_index", "index_put", "index_put_", "_index_put_impl_",
+    "_to_copy", "copy_", "clone", "cat", "stack", "scatter", "scatter_add",
+    "scatter_reduce", "index_put", "index_put_", "_index_put_impl_",
     "index_add", "index_copy", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
     "constant_pad_nd", "reflection_pad2d", "replication_pad2d", "reflection_pad1d", "fill", "fill_",
     "zero_", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones",

@@ -18,12 +18,17 @@ CUDA_EQUIVALENT = {
     "aten._native_batch_norm_legit.default": "aten.cudnn_batch_norm.default",
     "aten._native_batch_norm_legit.no_stats": "aten.cudnn_batch_norm.default",
     "aten._batch_norm_with_update.default": "aten.cudnn_batch_norm.default",
-    "aten._native_batch_norm_legit_no_training.default": "aten.cudnn_batch_norm.default",
     "aten.native_batch_norm_backward.default": "aten.cudnn_batch_norm_backward.default",
     "aten.batch_norm_backward.default": "aten.cudnn_batch_norm_backward.default",
     "aten.mkldnn_rnn_layer.default": "aten._cudnn_rnn.default",
     "aten.mkldnn_rnn_layer_backward.default": "aten._cudnn_rnn_backward.default",
 }
+
+# Batch norm with running statistics (eval) runs cuDNN's inference kernel, a per-channel affine pass;
+# it is named by the ATen op that means exactly that, so it is priced apart from training batch norm.
+BATCH_NORM_EVAL = "aten._native_batch_norm_legit_no_training.default"
+BATCH_NORM_WITH_FLAG = {"aten.native_batch_norm.default", "aten._native_batch_norm_legit.default",
+                        "aten.cudnn_batch_norm.default"}
 
 SDPA_CPU = {
     "aten._scaled_dot_product_flash_attention_for_cpu.default": "forward",
@@ -57,4 +62,6 @@ def cuda_op_name(func: Any, args: tuple, kwargs: dict) -> tuple[str, str | None]
         return SDPA_CUDA[(backend, direction)], backend
     if "scaled_dot_product" in name and "attention" in name:
         return name, "flash" if "flash" in name else "cudnn" if "cudnn" in name else "efficient"
+    if name in BATCH_NORM_WITH_FLAG and len(args) > 5 and args[5] is False:
+        return BATCH_NORM_EVAL, None
     return CUDA_EQUIVALENT.get(name, name), None
