@@ -1,7 +1,9 @@
 """Fit a calibration profile from the raw micro-benchmark rows (no GPU needed).
 
-Residual: per category, OLS (statsmodels) of log(measured / roofline) on the estimator's own
-residual features, so the fit corrects exactly what the estimator computes. Latency: the
+Residual: robust regression (statsmodels RLM, Huber weights) of log(measured / roofline) on the
+estimator's own residual features, so the fit corrects exactly what the estimator computes; one fit
+per category, per ATen op and per either of them in one math mode where the benchmarks suffice.
+Huber weights keep a few disturbed timings from moving a whole category. Latency: the
 median time of tiny kernels. Host dispatch: the measured per-op enqueue cost per category.
 Power: bounded least squares of window-average power on the measured utilisations.
 """
@@ -22,15 +24,16 @@ from scipy.optimize import lsq_linear
 
 from estimator.catalog import GPUSpec, get_gpu
 from estimator.errors import ProfileError
-from estimator.price.device_time import device_times
+from estimator.price.device_time import device_times, fit_keys
 from estimator.price.node_table import NodeTable
 from estimator.price.power import voltage_ratio
 from estimator.price.profile_choice import roofline_profile
-from estimator.profile import (PROFILE_SCHEMA, RESIDUAL_FEATURES, PowerFit, Profile, ResidualFit,
-                               prior_profile, profile_from_json)
+from estimator.profile import (MODE_KEY_SEP, PROFILE_SCHEMA, RESIDUAL_FEATURES, PowerFit, Profile,
+                               ResidualFit, prior_profile, profile_from_json)
 
 MIN_ROWS_PER_CATEGORY = 8
 MIN_ROWS_PER_OP = 10
+ROWS_PER_COEF = 2               # a fit gets at most one coefficient per this many benchmarks
 TINY_BYTES = 64 * 1024          # a kernel moving less than this is pure latency on any modern GPU
 TINY_FLOPS = 1e5
 MIN_RESIDUAL_SHARE = 0.2        # measured time left after latency, as a floor fraction
@@ -126,6 +129,7 @@ def host_costs(rows: list[dict[str, Any]], fallback: dict[str, float]) -> dict[s
 class RowFeatures:
     category: str
     op: str                      # the op that dominates the row's roofline time
+    mode: str                    # the math mode that dominates it (as priced: after GPU fallbacks)
     y: float                     # log(measured_after_latency / roofline)
     x: np.ndarray
     holdout: bool
@@ -165,30 +169,43 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
         weights = roof / total_roof
         cats = table.category
         dominant = max(set(cats.tolist()), key=lambda c: roof[cats == c].sum())
-        top_op = str(table.op[int(np.argmax(roof))])
-        out.append(RowFeatures(dominant, top_op, math.log(after_latency / total_roof), weights @ times.features,
+        top = int(np.argmax(roof))
+        out.append(RowFeatures(dominant, str(table.op[top]), str(times.effective_mode[top]),
+                               math.log(after_latency / total_roof), weights @ times.features,
                                bool(r.get("holdout")), measured, r))
     return out
 
 
+def _robust_fit(y: np.ndarray, x: np.ndarray) -> Any:
+    return sm.RLM(y, x, M=sm.robust.norms.HuberT()).fit()
+
+
+def usable_features(x: np.ndarray) -> list[int]:
+    """Features that vary in these samples and are not (near-)collinear with earlier ones, in
+    RESIDUAL_FEATURES order, at most one per ROWS_PER_COEF samples: a key with a dozen benchmarks is
+    not fitted with ten free slopes."""
+    budget = max(1, len(x) // ROWS_PER_COEF)
+    kept: list[int] = []
+    for j in [0] + [j for j in range(1, x.shape[1]) if np.ptp(x[:, j]) > 1e-9]:
+        if len(kept) < budget and np.linalg.matrix_rank(x[:, kept + [j]]) == len(kept) + 1:
+            kept.append(j)
+    return kept
+
+
 def fit_category(samples: list[RowFeatures]) -> ResidualFit:
-    """OLS on the features that vary in these samples; the others get coefficient 0."""
+    """Huber-robust regression on the usable features; the others get coefficient 0."""
     y = np.array([s.y for s in samples])
     x = np.vstack([s.x for s in samples])
-    keep = [0] + [j for j in range(1, x.shape[1]) if np.ptp(x[:, j]) > 1e-9]
-    # Drop features that are (near-)collinear with the ones already kept.
-    kept: list[int] = []
-    for j in keep:
-        trial = kept + [j]
-        if np.linalg.matrix_rank(x[:, trial]) == len(trial):
-            kept.append(j)
-    model = sm.OLS(y, x[:, kept]).fit()
+    kept = usable_features(x)
+    model = _robust_fit(y, x[:, kept])
     coef = np.zeros(x.shape[1])
     cov = np.zeros((x.shape[1], x.shape[1]))
     coef[kept] = model.params
     cov[np.ix_(kept, kept)] = np.asarray(model.cov_params())
-    sigma = float(math.sqrt(max(model.scale, 0.0)))
-    r2 = float(model.rsquared) if len(kept) > 1 and np.isfinite(model.rsquared) else 0.0
+    sigma = float(model.scale)  # robust (MAD-based) residual scale of log time
+    resid = y - x[:, kept] @ model.params
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if len(kept) > 1 and ss_tot > 0 else 0.0
     return ResidualFit(tuple(map(float, coef)), tuple(tuple(map(float, row)) for row in cov), sigma, r2, len(y),
                        x_lo=tuple(map(float, x.min(axis=0))), x_hi=tuple(map(float, x.max(axis=0))))
 
@@ -201,11 +218,20 @@ def fit_residuals(samples: list[RowFeatures]) -> dict[str, ResidualFit]:
         if len(cat_rows) >= MIN_ROWS_PER_CATEGORY:
             fits[cat] = fit_category(cat_rows)
     # Ops with enough benchmarks of their own (e.g. layer norm vs batch norm, attention forward vs
-    # backward) get their own fit; the estimator falls back to the category, then to "default".
-    for op in sorted({s.op for s in train}):
-        op_rows = [s for s in train if s.op == op]
-        if len(op_rows) >= MIN_ROWS_PER_OP and len({s.category for s in op_rows}) == 1:
-            fits[op] = fit_category(op_rows)
+    # backward) get their own fit, and so do ops and categories in one math mode (an fp32 SIMT GEMM
+    # and a bf16 tensor-core GEMM approach their peaks differently); the estimator uses the most
+    # specific fit there is (see estimator.price.device_time.fit_keys).
+    # A narrower key whose rows are all of its parent's adds nothing and is skipped.
+    parent_size = {s.category: sum(1 for t in train if t.category == s.category) for s in train}
+    parent_size.update({s.op: sum(1 for t in train if t.op == s.op) for s in train})
+    for key_of, parent_of in ((lambda s: s.op, lambda s: s.category),
+                              (lambda s: s.category + MODE_KEY_SEP + s.mode, lambda s: s.category),
+                              (lambda s: s.op + MODE_KEY_SEP + s.mode, lambda s: s.op)):
+        for key in sorted({key_of(s) for s in train}):
+            rows = [s for s in train if key_of(s) == key]
+            if (len(rows) >= MIN_ROWS_PER_OP and len({s.category for s in rows}) == 1 and key not in fits
+                    and len(rows) < parent_size[parent_of(rows[0])]):
+                fits[key] = fit_category(rows)
     default_rows = [s for s in train if s.category in MEMORY_LIKE] or train
     if not default_rows:
         raise ProfileError("the calibration data has no usable timing rows")
@@ -251,15 +277,18 @@ def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_rat
 
 
 def holdout_errors(profile: Profile, samples: list[RowFeatures], gpu: GPUSpec) -> dict[str, list[float]]:
-    """Absolute percentage error of the full device-time model on held-out benchmarks, per category."""
+    """Absolute percentage error of the full device-time model on held-out benchmarks, filed under
+    their category and under the residual fit that priced their dominant node."""
     errs: dict[str, list[float]] = {}
     for s in samples:
         if not s.holdout:
             continue
         table = NodeTable.from_records(_device_nodes(s.row))
         times, _ = device_times(table, gpu, _row_clock(s.row, gpu), profile)
-        pred = float(times.device_s.sum())
-        errs.setdefault(s.category, []).append(abs(pred - s.measured_s) / s.measured_s * 100)
+        err = abs(float(times.device_s.sum()) - s.measured_s) / s.measured_s * 100
+        key = str(fit_keys(table, times.effective_mode, profile.residuals)[int(np.argmax(times.roofline_s))])
+        for name in {s.category, key}:
+            errs.setdefault(name, []).append(err)
     return errs
 
 
@@ -334,11 +363,26 @@ def fit_host_and_gap(profile: Profile, validation: list[dict[str, Any]], gpu: GP
     return fitted, info
 
 
-def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, Any]] | None = None) -> Profile:
-    """A measured Profile from raw calibration data."""
+def with_current_nodes(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Rows whose nodes are re-derived by this estimator (calibration.retrace); rows of benchmarks the
+    suite no longer has keep the nodes stored at measurement time. Returns (rows, number retraced)."""
+    from .retrace import retrace_nodes
+    names = [r["name"] for r in rows if r.get("name")]
+    current = retrace_nodes(names)
+    out = [{**r, "nodes": current[r["name"]]} if r.get("name") in current else r for r in rows]
+    return out, sum(1 for r in rows if r.get("name") in current)
+
+
+def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, Any]] | None = None,
+                retrace: bool = True) -> Profile:
+    """A measured Profile from raw calibration data. retrace: regress on the nodes this version of the
+    estimator derives for each benchmark (default), not the nodes stored when it was measured."""
     rows = usable(raw.rows)
     if not rows:
         raise ProfileError("no usable calibration rows (all failed, dry-run, or without nodes)")
+    retraced = 0
+    if retrace:
+        rows, retraced = with_current_nodes(rows)
     gpu_name = raw.meta.get("catalog_gpu") or raw.meta.get("gpu_name")
     if not gpu_name:
         raise ProfileError("the calibration data names no GPU (meta field gpu_name)")
@@ -358,7 +402,8 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
     provenance = {k: raw.meta.get(k) for k in ("gpu_name", "driver_version", "cuda_version", "torch_version",
                                                 "date", "hostname", "command", "power_limit_w", "idle_power_w")
                   if k in raw.meta}
-    provenance.update(fitted_by=command or "gpuest fit", fitted_rows=len(rows))
+    provenance.update(fitted_by=command or "gpuest fit", fitted_rows=len(rows),
+                      nodes="retraced" if retrace else "as stored at measurement", retraced_rows=retraced)
     profile = Profile(gpu=gpu.name, kind="measured", kernel_latency_s=latency,
                       graph_kernel_latency_s=min(prior.graph_kernel_latency_s, latency),
                       host_op_s=host, host_backward_factor=prior.host_backward_factor,
@@ -367,8 +412,7 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
     errs = holdout_errors(profile, samples, gpu)
     with_holdout = {}
     for cat, fit in residuals.items():
-        e = (errs.get(cat, []) if cat != "default" else
-             [v for c, vs in errs.items() if c not in residuals for v in vs])
+        e = errs.get(cat, [])
         with_holdout[cat] = ResidualFit(fit.coef, fit.cov, fit.sigma, fit.r2, fit.n,
                                         float(np.median(e)) if e else None,
                                         float(np.percentile(e, 90)) if e else None, fit.x_lo, fit.x_hi)
@@ -387,13 +431,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--validation", default=None,
                         help="validation JSONL of the same GPU: calibrates host dispatch and idle-gap power "
                              "on its host-bound, non-held-out runs")
+    parser.add_argument("--stored-nodes", action="store_true",
+                        help="regress on the nodes stored in the rows at measurement time instead of "
+                             "re-deriving them with this version of the estimator")
     args = parser.parse_args(argv)
     validation = None
     command = f"gpuest fit {args.raw} -o {args.out}"
     if args.validation:
         validation = [json.loads(line) for line in Path(args.validation).read_text().splitlines() if line.strip()]
         command += f" --validation {args.validation}"
-    profile = fit_profile(load_raw(args.raw), command=command, validation=validation)
+    if args.stored_nodes:
+        command += " --stored-nodes"
+    profile = fit_profile(load_raw(args.raw), command=command, validation=validation,
+                          retrace=not args.stored_nodes)
     profile.save(args.out)
     profile_from_json(json.loads(Path(args.out).read_text()))  # what we wrote must load back
     print(f"wrote {args.out}: {profile.gpu}, {len(profile.residuals)} residual fits, "

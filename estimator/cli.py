@@ -117,7 +117,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from calibration.fit import main as fit_main
-    return fit_main([args.raw, "-o", args.out] + (["--validation", args.validation] if args.validation else []))
+    return fit_main([args.raw, "-o", args.out] + (["--validation", args.validation] if args.validation else [])
+                    + (["--stored-nodes"] if args.stored_nodes else []))
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -202,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("raw")
     p.add_argument("-o", "--out", required=True)
     p.add_argument("--validation", default=None, help="validation JSONL of the same GPU (host-side calibration)")
+    p.add_argument("--stored-nodes", action="store_true",
+                   help="use the nodes stored at measurement time instead of re-tracing the benchmarks")
     p = add("validate", cmd_validate, "measure real runs on this GPU (see --help of calibration.validate)",
             model=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)

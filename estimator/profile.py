@@ -18,13 +18,18 @@ from .errors import ProfileError
 
 PROFILE_SCHEMA = "gpuest.profile/1"
 PROFILE_DIR = Path(__file__).parent / "profiles"
+# Every regressor the estimator can compute (estimator.price.device_time.residual_features); a profile
+# names the subset its fit uses, so profiles fitted with fewer features keep loading.
 RESIDUAL_FEATURES = ("const", "ridge_pos", "ridge_neg", "log_roof_us", "log_wave_eff", "misaligned",
-                     "lowp", "tf32")
+                     "lowp", "tf32", "log_overhead", "log_narrow")
+# Residual fits are keyed by ATen op or category, optionally narrowed to one math mode: "op@mode".
+MODE_KEY_SEP = "@"
 
 
 @dataclass(frozen=True)
 class ResidualFit:
-    """OLS of log(measured / roofline) on RESIDUAL_FEATURES for one category."""
+    """Robust regression of log(measured / roofline) on the profile's residual features for one key
+    (op, category, or either narrowed to a math mode)."""
 
     coef: tuple[float, ...]
     cov: tuple[tuple[float, ...], ...]
@@ -101,9 +106,10 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
                            "(re-run `gpuest fit` on the raw calibration data)")
     num = (int, float)
     features = tuple(_need(data, "residual_features", list, where))
-    if features != RESIDUAL_FEATURES:
-        raise ProfileError(f"{where}: residual_features {list(features)} differ from this version's "
-                           f"{list(RESIDUAL_FEATURES)}; re-fit the profile")
+    unknown = [f for f in features if f not in RESIDUAL_FEATURES]
+    if unknown or not features or features[0] != "const":
+        raise ProfileError(f"{where}: residual_features {list(features)} must start with 'const' and use only "
+                           f"{list(RESIDUAL_FEATURES)} (unknown: {unknown}); re-fit the profile with this gpuest")
     residuals = {}
     for cat, fit in _need(data, "residuals", dict, where).items():
         w = f"{where}: residuals[{cat!r}]"

@@ -98,3 +98,18 @@ def test_truncated_raw_file_names_the_line(tmp_path):
     raw.write_text('{"name": "a", "nodes": []}\n{"name": "b", "no')
     with pytest.raises(ProfileError, match=":2:.*resume"):
         load_raw(raw)
+
+
+def test_fit_regresses_on_the_nodes_this_estimator_derives():
+    """Rows of suite benchmarks get their nodes re-traced (meta device, real sizes); rows the suite
+    does not know keep theirs."""
+    from calibration.fit import with_current_nodes
+    from calibration.suite import all_benchmarks
+    name = next(b.name for b in all_benchmarks() if b.name.startswith("embedding_fwd_bf16_v250000"))
+    stale = [{"op": "aten.embedding.default", "flops": 0.0, "bytes_read": 1e12, "bytes_written": 0.0}]
+    other = {"name": "not_in_the_suite", "nodes": stale}
+    rows, retraced = with_current_nodes([{"name": name, "nodes": stale}, other])
+    assert retraced == 1 and rows[1] is other
+    (node,) = rows[0]["nodes"]
+    assert node["op"] == "aten.embedding.default"
+    assert 0 < node["bytes_read"] < 1e9  # the looked-up rows, not the 250k-row table nor the stale value

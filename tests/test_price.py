@@ -212,3 +212,57 @@ def test_infeasible_power_limit_is_reported(big_matmul):
     est = estimator.estimate(big_matmul, "H100", power_limit=200, profile=hot)
     assert any("cannot be met" in n for n in est.notes)
     assert est.avg_power_w > 200
+
+
+def _profile_with(residuals: dict, features=None):
+    """The prior with chosen residual fits: constant log-efficiency per key (synthetic, not measured)."""
+    from dataclasses import replace
+
+    from estimator.profile import ResidualFit, prior_profile
+    prior = prior_profile()
+    names = tuple(features or prior.residual_features)
+    zero = tuple(tuple(0.0 for _ in names) for _ in names)
+    fits = {k: ResidualFit((float(v),) + (0.0,) * (len(names) - 1), zero, 0.1, 0.0, 20)
+            for k, v in residuals.items()}
+    return replace(prior, residual_features=names, residuals=fits)
+
+
+def test_most_specific_residual_fit_prices_each_node(big_matmul):
+    """op@mode beats op beats category@mode beats category beats default."""
+    op = "aten.mm.default"
+    keys = [f"{op}@bf16", op, "matmul@bf16", "matmul", "default"]
+    times = []
+    for i in range(len(keys)):
+        # key i gets log-efficiency log(2); the less specific ones log(4), the more specific are absent
+        prof = _profile_with({k: (math.log(2.0) if j == i else math.log(4.0)) for j, k in enumerate(keys) if j >= i})
+        times.append(estimator.estimate(big_matmul, "H100", profile=prof).device_time_s)
+    plain = estimator.estimate(big_matmul, "H100", profile=_profile_with({"default": 0.0})).device_time_s
+    for t in times:
+        assert t == pytest.approx(2.0 * plain, rel=0.02)
+
+
+def test_profile_with_fewer_features_still_prices(big_matmul):
+    """A profile names the features its fit used; one fitted before a feature existed keeps working."""
+    import json
+
+    from estimator.profile import RESIDUAL_FEATURES, profile_from_json
+    old = _profile_with({"default": math.log(1.5)}, features=RESIDUAL_FEATURES[:8])
+    loaded = profile_from_json(json.loads(json.dumps(old.to_json())))
+    assert loaded.residual_features == RESIDUAL_FEATURES[:8]
+    plain = estimator.estimate(big_matmul, "H100", profile=_profile_with({"default": 0.0})).device_time_s
+    assert estimator.estimate(big_matmul, "H100", profile=loaded).device_time_s == pytest.approx(1.5 * plain, rel=0.02)
+    with pytest.raises(estimator.errors.ProfileError, match="unknown"):
+        profile_from_json({**json.loads(json.dumps(old.to_json())), "residual_features": ["const", "made_up"]})
+
+
+def test_eval_batch_norm_is_an_affine_pass_not_a_statistics_kernel():
+    """With running statistics batch norm is one elementwise pass; in training it reduces first."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8))
+    x = (torch.empty(2, 3, 16, 16, device="meta"),)
+    inference = estimator.trace(model, x, mode="inference")
+    training = estimator.trace(model, x, mode="training")
+    bn_eval = [d for _, d in inference.nodes(data=True) if "batch_norm" in d["op"]]
+    bn_train = [d for _, d in training.nodes(data=True) if d["op"] == "aten.cudnn_batch_norm.default"]
+    assert [(d["op"], d["category"]) for d in bn_eval] == [
+        ("aten._native_batch_norm_legit_no_training.default", "elementwise")]
+    assert [d["category"] for d in bn_train] == ["norm"]

@@ -1,18 +1,21 @@
 """Per-node device time: PALEO-style roofline at an SM clock, corrected by the fitted residual.
 
 t_node = kernels * kernel_latency + max(flops / peak(mode, clock), bytes / bandwidth) * exp(x . beta)
-where x are the RESIDUAL_FEATURES of the node and beta the profile's fit for its category.
+where x are the node's residual features (those the profile names) and beta the profile's most specific
+fit for the node: its ATen op in its math mode, the op, its category in its math mode, the category,
+then the profile's default.
 Memory bandwidth does not depend on the SM clock; compute peaks scale with it.
 """
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Iterable
 
 import numpy as np
 
 from ..catalog import GPUSpec
-from ..profile import RESIDUAL_FEATURES, Profile
+from ..profile import MODE_KEY_SEP, RESIDUAL_FEATURES, Profile
 from .node_table import NodeTable, map_values
 
 # What a GPU without a hardware path for a math mode runs instead (cuBLAS/cuDNN fall back).
@@ -20,6 +23,12 @@ MATH_MODE_FALLBACK = {"fp8": "fp16", "int8": "fp16", "bf16": "fp32", "fp16": "fp
                       "int": "fp32", "fp64": "fp32"}
 GEMM_TILE = 128                       # output tile edge of the tensor-core GEMM kernels that dominate
 ALIGN_ELEMENTS = {"fp32": 4, "tf32": 4, "bf16": 8, "fp16": 8, "fp8": 16, "int8": 16}
+# Scale of the fixed cost every kernel pays beyond latency (prologue, tail, partial last wave): the
+# log_overhead feature is log(1 + OVERHEAD_SCALE_S / roofline), ~0 for long kernels.
+OVERHEAD_SCALE_S = 1e-6
+# GEMM-shaped ops whose smaller inner dimension (N or K per group) is below this cannot fill a
+# tensor-core tile (depthwise convolutions, skinny projections): log_narrow = log2(min(N, K) / this).
+NARROW_DIM = 64
 # The fitted correction never makes an op faster than its roofline at catalogue peaks (a physical
 # bound for DRAM-resident data), nor more than 50x slower.
 RESIDUAL_CLIP = (0.0, np.log(50.0))
@@ -40,7 +49,7 @@ class DeviceTimes:
     peak_flops: np.ndarray            # FLOP/s used per node
     effective_mode: np.ndarray        # math mode priced (after fallbacks)
     bound: np.ndarray                 # "compute" | "memory" | "latency" | "none"
-    features: np.ndarray              # (n, len(RESIDUAL_FEATURES)) residual regressors
+    features: np.ndarray              # (n, len(RESIDUAL_FEATURES)) residual regressors, all of them
 
 
 def effective_math_modes(table: NodeTable, gpu: GPUSpec) -> tuple[np.ndarray, list[str]]:
@@ -87,7 +96,23 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     x[:, 5] = misaligned.astype(float)
     x[:, 6] = np.isin(mode, ["bf16", "fp16", "fp8", "int8"]) & table.tensor_core
     x[:, 7] = (mode == "tf32") & table.tensor_core
+    x[:, 8] = np.clip(np.log1p(OVERHEAD_SCALE_S / np.maximum(roofline_s, 1e-12)), 0.0, 10.0)
+    inner = np.maximum(np.minimum(nn, k), 1.0)
+    x[:, 9] = np.where(is_gemm, np.minimum(np.log2(inner / NARROW_DIM), 0.0), 0.0)
     return x
+
+
+def fit_keys(table: NodeTable, mode: np.ndarray, available: Iterable[str]) -> np.ndarray:
+    """The residual fit each node uses: the most specific of op@mode, op, category@mode, category
+    that the profile has, else "default"."""
+    have = list(available)
+    key = np.full(len(table), "default", dtype=object)
+    for candidate in (table.category, np.char.add(np.char.add(table.category.astype(str), MODE_KEY_SEP),
+                                                  mode.astype(str)),
+                      table.op, np.char.add(np.char.add(table.op.astype(str), MODE_KEY_SEP), mode.astype(str))):
+        candidate = np.asarray(candidate, dtype=object)
+        key = np.where(np.isin(candidate, have), candidate, key)
+    return key
 
 
 def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, profile: Profile,
@@ -107,22 +132,22 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     # scale exactly 1/f.
     roof_ref = np.maximum(table.flops / np.where(peak_ref > 0, peak_ref, np.inf), memory)
     x = residual_features(table, gpu, mode, peak_ref, roof_ref)
+    cols = [RESIDUAL_FEATURES.index(f) for f in profile.residual_features]
     log_eff = np.zeros(len(table))
     coef_var = np.zeros(len(table))
     resid_var = np.zeros(len(table))
-    # Most specific fit first: the ATen op itself, then its category, then the profile's default.
-    fit_key = np.where(np.isin(table.op, list(profile.residuals)), table.op,
-                       np.where(np.isin(table.category, list(profile.residuals)), table.category, "default"))
+    fit_key = fit_keys(table, mode, profile.residuals)
     for key in set(fit_key.tolist()):
         sel = fit_key == key
         fit = profile.residuals[key]
         beta = np.asarray(fit.coef)
         cov = np.asarray(fit.cov)
-        xs = x[sel]
+        xs = x[np.ix_(sel, cols)]
         if fit.x_lo is not None and fit.x_hi is not None:
             xs = np.clip(xs, np.asarray(fit.x_lo), np.asarray(fit.x_hi))
         log_eff[sel] = xs @ beta
-        coef_var[sel] = np.einsum("ij,jk,ik->i", xs, cov, xs)
+        # A robust fit's covariance of a near-singular design need not be PSD: clip tiny negatives.
+        coef_var[sel] = np.maximum(np.einsum("ij,jk,ik->i", xs, cov, xs), 0.0)
         resid_var[sel] = fit.sigma ** 2
     log_eff = np.clip(log_eff, *RESIDUAL_CLIP)
     active = ~(table.free | table.host_only)
