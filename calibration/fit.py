@@ -34,6 +34,7 @@ from estimator.profile import (MODE_KEY_SEP, PROFILE_SCHEMA, RESIDUAL_FEATURES, 
 MIN_ROWS_PER_CATEGORY = 8
 MIN_ROWS_PER_OP = 10
 ROWS_PER_COEF = 2               # a fit gets at most one coefficient per this many benchmarks
+MAX_CONDITION = 1e3             # largest condition number of a fit's (column-scaled) design
 TINY_BYTES = 64 * 1024          # a kernel moving less than this is pure latency on any modern GPU
 TINY_FLOPS = 1e5
 MIN_RESIDUAL_SHARE = 0.2        # measured time left after latency, as a floor fraction
@@ -187,9 +188,17 @@ def usable_features(x: np.ndarray) -> list[int]:
     budget = max(1, len(x) // ROWS_PER_COEF)
     kept: list[int] = []
     for j in [0] + [j for j in range(1, x.shape[1]) if np.ptp(x[:, j]) > 1e-9]:
-        if len(kept) < budget and np.linalg.matrix_rank(x[:, kept + [j]]) == len(kept) + 1:
+        if len(kept) < budget and _well_conditioned(x[:, kept + [j]]):
             kept.append(j)
     return kept
+
+
+def _well_conditioned(x: np.ndarray, max_cond: float = MAX_CONDITION) -> bool:
+    """Columns (scaled to unit norm) independent enough that the coefficients and their covariance
+    are numbers, not cancellation noise: near-collinear features make both explode."""
+    scaled = x / np.maximum(np.linalg.norm(x, axis=0), 1e-12)
+    s = np.linalg.svd(scaled, compute_uv=False)
+    return bool(s[-1] > 0 and s[0] / s[-1] < max_cond)
 
 
 def fit_category(samples: list[RowFeatures]) -> ResidualFit:

@@ -7,6 +7,7 @@ be rebuilt on the meta device at its real sizes and traced again; the measured t
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Iterable
@@ -44,7 +45,8 @@ def retrace_nodes(names: Iterable[str], jobs: int | None = None) -> dict[str, li
     jobs = max(1, min(jobs or os.cpu_count() or 1, 8, len(todo)))
     if todo and jobs > 1:
         chunks = [todo[i::jobs] for i in range(jobs)]
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        # spawn, not fork: a process that already ran autograd cannot fork safely.
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             for part in pool.map(_retrace_chunk, chunks):
                 _CACHE.update(part)
     elif todo:

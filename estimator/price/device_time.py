@@ -33,6 +33,7 @@ NARROW_DIM = 64
 # bound for DRAM-resident data), nor more than 50x slower.
 RESIDUAL_CLIP = (0.0, np.log(50.0))
 Z90 = 1.6449                          # two-sided 90 % interval
+MAX_LOG_SD = 2.0                      # std of log time beyond which an interval is capped
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,8 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     bound = np.where(~active, "none", np.where(latency > corrected, "latency",
                                                 np.where(compute >= memory, "compute", "memory")))
     share = np.divide(corrected, device, out=np.zeros_like(device), where=device > 0)
+    # A 90 % interval wider than a factor e^(Z90*MAX_LOG_SD) says "unknown" as well as a wider one would.
+    coef_var, resid_var = np.minimum(coef_var, MAX_LOG_SD ** 2), np.minimum(resid_var, MAX_LOG_SD ** 2)
     times = DeviceTimes(compute, memory, roof, latency, device,
                         log_sd=share * np.sqrt(coef_var + resid_var), coef_sd=share * np.sqrt(coef_var),
                         peak_flops=peak, effective_mode=mode, bound=bound, features=x)

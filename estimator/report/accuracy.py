@@ -584,18 +584,20 @@ def _shown_path(path: str | Path) -> str:
 def op_holdout_markdown() -> str:
     """Per-op device-time accuracy on the calibration suite's held-out shapes, from the shipped profiles
     (written there by `gpuest fit`: the fitted model priced on benchmarks it never saw)."""
-    from ..profile import shipped_profiles
+    from ..profile import MODE_KEY_SEP, shipped_profiles
     profiles = shipped_profiles()
     if not profiles:
         return ""
     L = ["## Per-op accuracy on held-out calibration shapes", "",
          "Device time of single ops from the calibration suite whose shapes were held out of the fit "
-         "(about 20 % of each category), priced with the full model (roofline, residual, latency). Source: "
+         "(about 20 % of each category), priced with the full model (roofline, residual, latency); "
+         "\"fitted benchmarks\" counts the category's training rows. Source: "
          "the `holdout_median_ape` / `holdout_p90_ape` fields `gpuest fit` writes into each shipped profile.", "",
          "| GPU | category | fitted benchmarks | held-out median APE | held-out P90 APE |", "|---|---|---|---|---|"]
     for gpu, prof in sorted(profiles.items()):
         for cat, fit in sorted(prof.residuals.items()):
-            if fit.holdout_median_ape is None:
+            # per category; the finer op / op@mode fits carry their own figures in the profile JSON
+            if fit.holdout_median_ape is None or "." in cat or MODE_KEY_SEP in cat or cat == "default":
                 continue
             L.append(f"| {gpu} | {cat} | {fit.n} | {fit.holdout_median_ape:.1f} % | {fit.holdout_p90_ape:.1f} % |")
     L.append("")
