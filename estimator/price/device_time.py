@@ -106,14 +106,17 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
 def fit_keys(table: NodeTable, mode: np.ndarray, available: Iterable[str]) -> np.ndarray:
     """The residual fit each node uses: the most specific of op@mode, op, category@mode, category
     that the profile has, else "default"."""
-    have = list(available)
-    key = np.full(len(table), "default", dtype=object)
-    for candidate in (table.category, np.char.add(np.char.add(table.category.astype(str), MODE_KEY_SEP),
-                                                  mode.astype(str)),
-                      table.op, np.char.add(np.char.add(table.op.astype(str), MODE_KEY_SEP), mode.astype(str))):
-        candidate = np.asarray(candidate, dtype=object)
-        key = np.where(np.isin(candidate, have), candidate, key)
-    return key
+    have = set(available)
+    resolved: dict[tuple[str, str, str], str] = {}
+    keys = np.empty(len(table), dtype=object)
+    for i, triple in enumerate(zip(table.op.tolist(), table.category.tolist(), mode.tolist())):
+        key = resolved.get(triple)
+        if key is None:
+            op, category, m = triple
+            candidates = (op + MODE_KEY_SEP + m, op, category + MODE_KEY_SEP + m, category)
+            key = resolved[triple] = next((c for c in candidates if c in have), "default")
+        keys[i] = key
+    return keys
 
 
 def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, profile: Profile,
