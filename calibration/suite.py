@@ -378,6 +378,20 @@ def _rnn(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"rnn_fwdbwd_{tag}", "rnn", {"op": f"{cell}_forward_backward", **params}, build_fb,
                                  est_ms=3 * (_est(fl, nb, "tf32") + 0.005 * seq * layers),
                                  trace_cost_s=0.05 + 0.02 * steps))
+    for cell in ("lstm", "gru"):
+        # One cuDNN RNN call costs the host far more than one elementwise op (weight and descriptor
+        # checks); at batch 1 that is most of a step, so "rnn" gets its own measured dispatch cost.
+        def build_probe(device: torch.device, seed: int, cell=cell) -> Built:
+            cls = torch.nn.LSTM if cell == "lstm" else torch.nn.GRU
+            torch.manual_seed(seed)
+            rnn = cls(_d(64, device, 8), _d(64, device, 8), 1, device=device).eval()
+            meta = _RNNForward(cls(_d(64, device, 8), _d(64, device, 8), 1, device="meta"))
+            shape = (16, 1, _d(64, device, 8))
+            return Built(lambda x: rnn(x)[0], lambda i: (_randn(shape, torch.float32, device, seed, i),),
+                         TraceSpec(meta, (torch.empty(shape, device="meta"),)))
+        out.append(Benchmark(f"host_dispatch_{cell}", "rnn", {"op": cell, "dtype": "fp32", "seq": 16, "batch": 1,
+                                                              "hidden": 64}, build_probe, kind="host_dispatch",
+                             est_ms=0.05, trace_cost_s=0.2))
 
 
 # ---------------------------------------------------------------- memory-bound families
