@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import sys
+from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -231,8 +232,7 @@ def fit_residuals(samples: list[RowFeatures]) -> dict[str, ResidualFit]:
     # and a bf16 tensor-core GEMM approach their peaks differently); the estimator uses the most
     # specific fit there is (see estimator.price.device_time.fit_keys).
     # A narrower key whose rows are all of its parent's adds nothing and is skipped.
-    parent_size = {s.category: sum(1 for t in train if t.category == s.category) for s in train}
-    parent_size.update({s.op: sum(1 for t in train if t.op == s.op) for s in train})
+    parent_size = Counter(s.category for s in train) + Counter(s.op for s in train)
     for key_of, parent_of in ((lambda s: s.op, lambda s: s.category),
                               (lambda s: s.category + MODE_KEY_SEP + s.mode, lambda s: s.category),
                               (lambda s: s.op + MODE_KEY_SEP + s.mode, lambda s: s.op)):

@@ -18,7 +18,7 @@ META = torch.device("meta")
 
 
 def _retrace_chunk(names: list[str]) -> dict[str, list[dict[str, Any]]]:
-    from .runner import _default_spec, compact_nodes, tf32_flags, trace_nodes
+    from .runner import built_nodes, tf32_flags
     from .suite import all_benchmarks
 
     by_name = {b.name: b for b in all_benchmarks()}
@@ -27,8 +27,7 @@ def _retrace_chunk(names: list[str]) -> dict[str, list[dict[str, Any]]]:
         b = by_name[name]
         with tf32_flags(b.matmul_tf32, b.cudnn_tf32):
             built = b.build(META, 0)
-            spec = built.trace if built.trace is not None else _default_spec(built, built.make_set(0))
-            out[name] = compact_nodes(trace_nodes(spec))[0]
+            out[name] = built_nodes(built, built.make_set(0))[0]
     return out
 
 

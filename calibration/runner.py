@@ -123,6 +123,15 @@ def _default_spec(built: Built, inputs: Sequence[Any]) -> TraceSpec:
     return TraceSpec(_FnModule(built.fn), tuple(torch.utils._pytree.tree_map(to_meta, list(inputs))))
 
 
+def built_nodes(built: Built, first: Sequence[Any]) -> tuple[list[dict[str, Any]], bool, int]:
+    """A built benchmark's nodes as a row stores them: (nodes, whether they were aggregated, number
+    traced). `first` is its first input set (what the default trace spec is made from)."""
+    spec = built.trace if built.trace is not None else _default_spec(built, first)
+    nodes = trace_nodes(spec)
+    compact, aggregated = compact_nodes(nodes)
+    return compact, aggregated, len(nodes)
+
+
 # ---------------------------------------------------------------- one benchmark
 
 def _sync(device: torch.device) -> None:
@@ -183,10 +192,7 @@ def run_benchmark(b: Benchmark, *, device: torch.device, monitor: Any | None, po
             sets = [first] + [built.make_set(i) for i in range(1, rotate)]
             row["bytes_per_set"] = nbytes
             try:
-                spec = built.trace if built.trace is not None else _default_spec(built, first)
-                nodes = trace_nodes(spec)
-                row["n_nodes_traced"] = len(nodes)
-                row["nodes"], row["nodes_aggregated"] = compact_nodes(nodes)
+                row["nodes"], row["nodes_aggregated"], row["n_nodes_traced"] = built_nodes(built, first)
             except Exception as exc:  # the trace is best effort: the timing is still worth keeping
                 row["trace_error"] = f"{type(exc).__name__}: {exc}"
             with torch.no_grad():

@@ -215,12 +215,15 @@ def _rnn_layer_backward(call: OpCall) -> Cost:
 
 # ---------------------------------------------------------------- normalisation
 
-def batch_norm_training(call: OpCall) -> bool:
+BATCH_NORM_OPS = ("native_batch_norm", "_native_batch_norm_legit", "cudnn_batch_norm", "miopen_batch_norm",
+                  "_native_batch_norm_legit_no_training", "_batch_norm_no_update")
+
+
+def batch_norm_training(func: Any, args: tuple, kwargs: dict) -> bool:
     """Whether a batch-norm call computes batch statistics (its `training` argument, index 5)."""
-    name = call.func.overloadpacket.__name__
-    if name in ("_native_batch_norm_legit_no_training", "_batch_norm_no_update"):
+    if func.overloadpacket.__name__ in ("_native_batch_norm_legit_no_training", "_batch_norm_no_update"):
         return False
-    flag = call.args[5] if len(call.args) > 5 else call.kwargs.get("training", True)
+    flag = args[5] if len(args) > 5 else kwargs.get("training", True)
     return not isinstance(flag, bool) or flag
 
 
@@ -228,12 +231,11 @@ _norm_statistics = by_category("norm", flops_per_input=5.0)
 _affine = by_category("elementwise", flops_per_input=2.0)
 
 
-@register_cost(*iter_ops(["native_batch_norm", "_native_batch_norm_legit", "cudnn_batch_norm", "miopen_batch_norm",
-                          "_native_batch_norm_legit_no_training", "_batch_norm_no_update"]))
+@register_cost(*iter_ops(BATCH_NORM_OPS))
 def _batch_norm(call: OpCall) -> Cost:
     # With running statistics (eval) batch norm is one per-channel affine pass, a different kernel
     # from the reduce-then-normalise one training runs.
-    return _norm_statistics(call) if batch_norm_training(call) else _affine(call)
+    return _norm_statistics(call) if batch_norm_training(call.func, call.args, call.kwargs) else _affine(call)
 
 
 for _names, _flops_in in [

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ..annotate.formulas import batch_norm_training
 from ..annotate.registry import tensors
 
 # CPU kernel -> CUDA kernel, where the choice does not depend on arguments.
@@ -62,6 +63,6 @@ def cuda_op_name(func: Any, args: tuple, kwargs: dict) -> tuple[str, str | None]
         return SDPA_CUDA[(backend, direction)], backend
     if "scaled_dot_product" in name and "attention" in name:
         return name, "flash" if "flash" in name else "cudnn" if "cudnn" in name else "efficient"
-    if name in BATCH_NORM_WITH_FLAG and len(args) > 5 and args[5] is False:
+    if name in BATCH_NORM_WITH_FLAG and not batch_norm_training(func, args, kwargs):
         return BATCH_NORM_EVAL, None
     return CUDA_EQUIVALENT.get(name, name), None

@@ -150,9 +150,10 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
         if fit.x_lo is not None and fit.x_hi is not None:
             xs = np.clip(xs, np.asarray(fit.x_lo), np.asarray(fit.x_hi))
         log_eff[sel] = xs @ beta
-        # A robust fit's covariance of a near-singular design need not be PSD: clip tiny negatives.
-        coef_var[sel] = np.maximum(np.einsum("ij,jk,ik->i", xs, cov, xs), 0.0)
-        resid_var[sel] = fit.sigma ** 2
+        # A robust fit's covariance of a near-singular design need not be PSD (clip tiny negatives),
+        # and a 90 % interval wider than e^(Z90*MAX_LOG_SD) says "unknown" as well as a wider one would.
+        coef_var[sel] = np.clip(np.einsum("ij,jk,ik->i", xs, cov, xs), 0.0, MAX_LOG_SD ** 2)
+        resid_var[sel] = min(fit.sigma, MAX_LOG_SD) ** 2
     log_eff = np.clip(log_eff, *RESIDUAL_CLIP)
     active = ~(table.free | table.host_only)
     lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
@@ -162,8 +163,6 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     bound = np.where(~active, "none", np.where(latency > corrected, "latency",
                                                 np.where(compute >= memory, "compute", "memory")))
     share = np.divide(corrected, device, out=np.zeros_like(device), where=device > 0)
-    # A 90 % interval wider than a factor e^(Z90*MAX_LOG_SD) says "unknown" as well as a wider one would.
-    coef_var, resid_var = np.minimum(coef_var, MAX_LOG_SD ** 2), np.minimum(resid_var, MAX_LOG_SD ** 2)
     times = DeviceTimes(compute, memory, roof, latency, device,
                         log_sd=share * np.sqrt(coef_var + resid_var), coef_sd=share * np.sqrt(coef_var),
                         peak_flops=peak, effective_mode=mode, bound=bound, features=x)

@@ -584,7 +584,8 @@ def _shown_path(path: str | Path) -> str:
 def op_holdout_markdown() -> str:
     """Per-op device-time accuracy on the calibration suite's held-out shapes, from the shipped profiles
     (written there by `gpuest fit`: the fitted model priced on benchmarks it never saw)."""
-    from ..profile import MODE_KEY_SEP, shipped_profiles
+    from ..annotate.registry import CATEGORIES
+    from ..profile import shipped_profiles
     profiles = shipped_profiles()
     if not profiles:
         return ""
@@ -597,7 +598,7 @@ def op_holdout_markdown() -> str:
     for gpu, prof in sorted(profiles.items()):
         for cat, fit in sorted(prof.residuals.items()):
             # per category; the finer op / op@mode fits carry their own figures in the profile JSON
-            if fit.holdout_median_ape is None or "." in cat or MODE_KEY_SEP in cat or cat == "default":
+            if fit.holdout_median_ape is None or cat not in CATEGORIES:
                 continue
             L.append(f"| {gpu} | {cat} | {fit.n} | {fit.holdout_median_ape:.1f} % | {fit.holdout_p90_ape:.1f} % |")
     L.append("")
