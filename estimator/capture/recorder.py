@@ -153,6 +153,7 @@ class OpRecorder(TorchDispatchMode):
             "bytes_written": float(cost.bytes_written),
             "gemm_m": cost.gemm_mnk[0], "gemm_n": cost.gemm_mnk[1], "gemm_k": cost.gemm_mnk[2],
             "gemm_batch": cost.gemm_batch,
+            "row_count": cost.rows, "row_len": cost.row_len,
             "kernels": cost.kernels if not fused else (cost.kernels if category in TENSOR_CORE_CATEGORIES
                                                        or cost.category in TENSOR_CORE_CATEGORIES else 0) + 1,
             "supported": bool(cost.supported),
@@ -205,12 +206,15 @@ class OpRecorder(TorchDispatchMode):
                 continue  # tensors without storage (e.g. sparse) have id-based keys
 
 
-class FuseAttentionDropout(TorchFunctionMode):
-    """Trace attention with dropout as the single fused kernel CUDA runs.
+class CudaFunctionPaths(TorchFunctionMode):
+    """Trace the fused kernels CUDA runs where the CPU takes a composite path.
 
-    CUDA's flash and memory-efficient SDPA kernels apply dropout inside the kernel; the CPU falls back
-    to the math path (bmm, softmax, dropout, bmm) whenever dropout_p > 0. Calling SDPA with
-    dropout_p=0 during the trace keeps it one kernel with the same FLOPs and traffic."""
+    - Attention with dropout: CUDA's flash and memory-efficient SDPA kernels apply dropout inside the
+      kernel; the CPU falls back to the math path (bmm, softmax, dropout, bmm) whenever dropout_p > 0.
+      Calling SDPA with dropout_p=0 keeps it one kernel with the same FLOPs and traffic.
+    - Dropout: on CUDA `aten::dropout` is one `native_dropout` kernel (output and mask) and its gradient
+      one `native_dropout_backward`, when 0 < p < 1; the CPU composes bernoulli_, div_ and mul. In-place
+      dropout takes the composite path on CUDA too and is left alone."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = dict(kwargs or {})
@@ -219,4 +223,21 @@ class FuseAttentionDropout(TorchFunctionMode):
                 args = (*args[:4], 0.0, *args[5:])
             elif "dropout_p" in kwargs:
                 kwargs["dropout_p"] = 0.0
+        elif func in (torch.nn.functional.dropout, torch.dropout):
+            fused = _fused_dropout_args(args, kwargs)
+            if fused is not None:
+                return torch.native_dropout(*fused)[0]
         return func(*args, **kwargs)
+
+
+def _fused_dropout_args(args: tuple, kwargs: dict) -> tuple[torch.Tensor, float, bool] | None:
+    """(input, p, train) when a dropout call (F.dropout or torch.dropout signature) takes CUDA's
+    fused kernel, else None."""
+    names = ("input", "p", "training", "inplace")
+    bound = {**dict(zip(names, args)), **kwargs}
+    x = bound.get("input")
+    p = float(bound.get("p", 0.5))
+    train = bound.get("training", bound.get("train", True))
+    if not isinstance(x, torch.Tensor) or bound.get("inplace", False) or not train or not 0.0 < p < 1.0:
+        return None
+    return x, p, True

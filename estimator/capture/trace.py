@@ -14,7 +14,7 @@ from torch.utils.module_tracker import ModuleTracker
 
 from ..annotate.math_mode import TF32Policy
 from ..errors import TraceError
-from .recorder import FuseAttentionDropout, OpRecorder
+from .recorder import CudaFunctionPaths, OpRecorder
 
 MODES = ("inference", "training")
 PRECISIONS = {
@@ -121,7 +121,7 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
             try:
                 hook = torch.nn.modules.module.register_module_forward_pre_hook(recorder.count_module_call)
                 try:
-                    with tracker, recorder, FuseAttentionDropout():
+                    with tracker, recorder, CudaFunctionPaths():
                         step(recorder)
                 finally:
                     hook.remove()
