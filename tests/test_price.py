@@ -266,3 +266,25 @@ def test_eval_batch_norm_is_an_affine_pass_not_a_statistics_kernel():
     assert [(d["op"], d["category"]) for d in bn_eval] == [
         ("aten._native_batch_norm_legit_no_training.default", "elementwise")]
     assert [d["category"] for d in bn_train] == ["norm"]
+
+
+def _features_of(records, gpu_name="H100"):
+    from estimator.price.device_time import device_times
+    from estimator.price.node_table import NodeTable
+    from estimator.price.profile_choice import roofline_profile
+    from estimator.profile import RESIDUAL_FEATURES
+    gpu = get_gpu(gpu_name)
+    times, _ = device_times(NodeTable.from_records(records), gpu, gpu.max_clock_mhz, roofline_profile())
+    return {name: times.features[:, i] for i, name in enumerate(RESIDUAL_FEATURES)}
+
+
+def test_row_features_follow_rows_and_row_length():
+    gpu = get_gpu("H100")
+    base = {"op": "aten.native_layer_norm.default", "category": "norm", "math_mode": "fp32", "flops": 1e6,
+            "bytes_read": 1e6, "bytes_written": 1e6}
+    f = _features_of([{**base, "row_count": 16384, "row_len": 64}, {**base, "row_count": 16, "row_len": 65536},
+                      {**base, "op": "aten.add.Tensor", "category": "elementwise"}])
+    assert f["log_row_len"][0] == pytest.approx(math.log2(64 / 1024))
+    assert f["log_row_fill"][0] == 0.0                               # plenty of rows for every SM
+    assert f["log_row_fill"][1] == pytest.approx(math.log2(16 / gpu.sm_count))
+    assert f["log_row_len"][2] == 0.0 and f["log_row_fill"][2] == 0.0  # not a row-wise op

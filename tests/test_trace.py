@@ -634,3 +634,54 @@ def test_gather_reads_the_selected_rows_not_the_table(lookup):
     (node,) = [d for _, d in graph.nodes(data=True) if not d["free"]]
     assert node["bytes_written"] == n * dim * 4
     assert node["bytes_read"] == n * dim * 4 + n * 8  # the rows and the int64 indices
+
+
+@pytest.mark.parametrize("p, inplace, fused", [(0.1, False, True), (0.5, False, True), (0.0, False, False),
+                                               (0.1, True, False)])
+def test_dropout_traces_as_the_kernels_cuda_runs(p, inplace, fused):
+    """CUDA runs F.dropout (0 < p < 1, not in place) as one native_dropout kernel and its gradient as one
+    native_dropout_backward; the CPU composes bernoulli_/div_/mul, which must not reach the graph."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(p, inplace=inplace))
+    graph = trace(model, (torch.empty(8, 64),), mode="training")
+    ops = [d["op"] for _, d in graph.nodes(data=True)]
+    if fused:
+        assert ops.count("aten.native_dropout.default") == 1
+        assert ops.count("aten.native_dropout_backward.default") == 1
+        assert not [o for o in ops if "bernoulli" in o]
+        (drop,) = nodes(graph, op="aten.native_dropout.default")
+        # reads the activation, writes the output and a one-byte-per-element mask
+        assert drop["bytes_read"] == 8 * 64 * 4
+        assert drop["bytes_written"] == 8 * 64 * (4 + 1)
+    else:
+        assert "aten.native_dropout.default" not in ops
+    # inference never samples a mask
+    infer = trace(model, (torch.empty(8, 64),), mode="inference")
+    assert not [d for _, d in infer.nodes(data=True) if "dropout" in d["op"] or "bernoulli" in d["op"]]
+
+
+def test_row_wise_ops_carry_their_rows():
+    """Norms, softmax and reductions record the independent rows they reduce and each row's length."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.GroupNorm(2, 8),
+                                torch.nn.Flatten(), torch.nn.LayerNorm(8 * 30 * 30), torch.nn.Softmax(-1))
+    graph = trace(model, (torch.empty(4, 3, 32, 32),), mode="training")
+    by_op = {(d["op"], d["phase"]): (d["row_count"], d["row_len"]) for _, d in graph.nodes(data=True)}
+    assert by_op[("aten.cudnn_batch_norm.default", "forward")] == (8, 4 * 30 * 30)          # channels
+    assert by_op[("aten.cudnn_batch_norm_backward.default", "backward")] == (8, 4 * 30 * 30)
+    assert by_op[("aten.native_group_norm.default", "forward")] == (4 * 2, 4 * 30 * 30)     # N * groups
+    assert by_op[("aten.native_group_norm_backward.default", "backward")] == (4 * 2, 4 * 30 * 30)
+    assert by_op[("aten.native_layer_norm.default", "forward")] == (4, 7200)                # trailing dims
+    assert by_op[("aten.native_layer_norm_backward.default", "backward")] == (4, 7200)
+    assert by_op[("aten._softmax.default", "forward")] == (4, 7200)
+    assert by_op[("aten._softmax_backward_data.default", "backward")] == (4, 7200)
+    assert by_op[("aten.mean.default", "loss")] == (1, 4 * 7200)
+    # ops that are not row-wise carry none
+    assert by_op[("aten.convolution.default", "forward")] == (0, 0)
+
+
+def test_column_reduction_rows():
+    class ColumnSum(torch.nn.Module):
+        def forward(self, x):
+            return x.sum(0)
+    graph = trace(ColumnSum(), (torch.empty(32, 1000),))
+    (node,) = nodes(graph, op="aten.sum.dim_IntList")
+    assert (node["row_count"], node["row_len"]) == (1000, 32)

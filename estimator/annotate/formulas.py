@@ -16,7 +16,7 @@ import torch
 from torch.utils.flop_counter import flop_registry
 
 from .registry import (
-    Cost, OpCall, by_category, generic_cost, iter_ops, mark_free, register_cost, tensors,
+    Cost, OpCall, by_category, generic_cost, iter_ops, mark_free, reduced_rows, register_cost, tensors,
     unique_bytes,
 )
 
@@ -227,7 +227,46 @@ def batch_norm_training(func: Any, args: tuple, kwargs: dict) -> bool:
     return not isinstance(flag, bool) or flag
 
 
-_norm_statistics = by_category("norm", flops_per_input=5.0)
+def _channel_rows(call: OpCall) -> tuple[int, int]:
+    """Batch norm reduces each channel (dim 1) over batch and space."""
+    x = tensors(call.args[:1])
+    shape = _shape(x[0]) if x else ()
+    channels = shape[1] if len(shape) > 1 else 1
+    return channels, math.prod(shape) // max(channels, 1)
+
+
+def _trailing_rows(shape_arg: int):
+    """Layer/RMS norm reduce the trailing `normalized_shape` (argument `shape_arg`) of each row."""
+    def rows(call: OpCall) -> tuple[int, int]:
+        x = tensors(call.args[:1])
+        total = x[0].numel() if x else 0
+        normalized = call.args[shape_arg] if len(call.args) > shape_arg else ()
+        length = math.prod(normalized) if isinstance(normalized, (list, tuple)) else 1
+        return total // max(length, 1), length
+    return rows
+
+
+def _group_rows(first_size_arg: int):
+    """Group norm reduces each (sample, group): its size arguments are N, C, HxW, group."""
+    def rows(call: OpCall) -> tuple[int, int]:
+        n, c, hw, groups = (int(v) for v in call.args[first_size_arg:first_size_arg + 4])
+        return n * groups, c // max(groups, 1) * hw
+    return rows
+
+
+def _dim_rows(dim_arg: int):
+    """Softmax-like ops normalise along argument `dim_arg`'s dimension of their first input."""
+    def rows(call: OpCall) -> tuple[int, int]:
+        x = tensors(call.args[:1])
+        shape = _shape(x[0]) if x else ()
+        if not shape:
+            return 1, 1
+        length = shape[int(call.args[dim_arg]) % len(shape)]
+        return math.prod(shape) // max(length, 1), length
+    return rows
+
+
+_norm_statistics = by_category("norm", flops_per_input=5.0, rows=_channel_rows)
 _affine = by_category("elementwise", flops_per_input=2.0)
 
 
@@ -238,19 +277,24 @@ def _batch_norm(call: OpCall) -> Cost:
     return _norm_statistics(call) if batch_norm_training(call.func, call.args, call.kwargs) else _affine(call)
 
 
-for _names, _flops_in in [
-    (["native_layer_norm", "_batch_norm_with_update", "native_group_norm", "_fused_rms_norm", "instance_norm"], 5.0),
-    (["native_layer_norm_backward", "native_batch_norm_backward", "batch_norm_backward",
-      "cudnn_batch_norm_backward", "native_group_norm_backward", "_fused_rms_norm_backward"], 8.0),
+for _names, _flops_in, _rows in [
+    (["native_layer_norm", "_fused_rms_norm"], 5.0, _trailing_rows(1)),
+    (["native_layer_norm_backward", "_fused_rms_norm_backward"], 8.0, _trailing_rows(2)),
+    (["_batch_norm_with_update"], 5.0, _channel_rows),
+    (["native_batch_norm_backward", "batch_norm_backward", "cudnn_batch_norm_backward"], 8.0, _channel_rows),
+    (["native_group_norm"], 5.0, _group_rows(3)),
+    (["native_group_norm_backward"], 8.0, _group_rows(5)),
+    (["instance_norm"], 5.0, None),  # composite: traces as batch norm; registered in case a backend keeps it
 ]:
-    register_cost(*iter_ops(_names))(by_category("norm", flops_per_input=_flops_in))
+    register_cost(*iter_ops(_names))(by_category("norm", flops_per_input=_flops_in, rows=_rows))
 
 
 # ---------------------------------------------------------------- softmax and reductions
 
-register_cost(*iter_ops(["_softmax", "_log_softmax", "_safe_softmax"]))(by_category("reduction", flops_per_input=5.0))
+register_cost(*iter_ops(["_softmax", "_log_softmax", "_safe_softmax"]))(
+    by_category("reduction", flops_per_input=5.0, rows=_dim_rows(1)))
 register_cost(*iter_ops(["_softmax_backward_data", "_log_softmax_backward_data"]))(
-    by_category("reduction", flops_per_input=3.0))
+    by_category("reduction", flops_per_input=3.0, rows=_dim_rows(2)))
 register_cost(*iter_ops([
     "sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "prod", "all", "any", "norm",
     "linalg_vector_norm", "logsumexp", "cumsum", "cumprod", "var", "std", "var_mean", "std_mean",
@@ -258,7 +302,7 @@ register_cost(*iter_ops([
     "nll_loss_backward", "nll_loss2d_backward", "mse_loss", "mse_loss_backward", "smooth_l1_loss",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "huber_loss", "kl_div",
     "_cdist_forward", "dist", "trace", "median", "kthvalue", "mode",
-]))(by_category("reduction", flops_per_input=1.0))
+]))(by_category("reduction", flops_per_input=1.0, rows=reduced_rows))
 
 
 # ---------------------------------------------------------------- pooling and resampling

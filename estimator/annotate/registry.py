@@ -8,7 +8,7 @@ arguments and outputs and returns a `Cost`. Ops without a formula fall back to
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
@@ -30,6 +30,9 @@ class Cost:
     bytes_read / bytes_written: DRAM traffic assuming each tensor is touched once.
     gemm_mnk: the implicit GEMM (M, N, K) for matmul-like ops, (0, 0, 0) otherwise.
     gemm_batch: independent GEMMs of that shape (batch / groups).
+    rows / row_len: for row-wise ops (norms, softmax, reductions) the independent rows a kernel reduces
+        and the elements in each; 0 otherwise. How a row-wise kernel spreads over the GPU (and how much
+        fixed work each row costs) depends on these, not on the total bytes alone.
     kernels: CUDA kernels the op launches.
     """
 
@@ -39,6 +42,8 @@ class Cost:
     category: str
     gemm_mnk: tuple[int, int, int] = (0, 0, 0)
     gemm_batch: int = 1
+    rows: int = 0
+    row_len: int = 0
     kernels: int = 1
     supported: bool = True
     host_only: bool = False
@@ -191,15 +196,33 @@ def pointwise_cost(call: "OpCall", flops_per_element: float = 1.0) -> Cost:
     return generic_cost(call, category="elementwise", flops=flops_per_element * n)
 
 
+RowShape = Callable[["OpCall"], "tuple[int, int]"]
+
+
 def by_category(category: str, flops_per_output: float = 0.0, flops_per_input: float = 0.0,
-                kernels: int = 1) -> "Formula":
-    """A formula whose FLOPs scale with the elements of the outputs and/or of the first input."""
+                kernels: int = 1, rows: RowShape | None = None) -> "Formula":
+    """A formula whose FLOPs scale with the elements of the outputs and/or of the first input.
+    rows: for row-wise ops, gives (independent rows, elements per row) of the call."""
     def formula(call: "OpCall") -> Cost:
         n_in = sum(t.numel() for t in tensors(call.args[:1]))
         n_out = sum(t.numel() for t in call.outputs)
-        return generic_cost(call, category=category,
+        cost = generic_cost(call, category=category,
                             flops=flops_per_output * n_out + flops_per_input * n_in, kernels=kernels)
+        if rows is None:
+            return cost
+        n_rows, length = rows(call)
+        return replace(cost, rows=int(n_rows), row_len=int(length))
     return formula
+
+
+def reduced_rows(call: "OpCall") -> tuple[int, int]:
+    """Rows of a reduction: one per element of its (first) result, each as long as the input is
+    larger than that result."""
+    source = tensors(call.args[:1])
+    outs = call.outputs
+    n_in = source[0].numel() if source else 0
+    n_out = max(outs[0].numel(), 1) if outs else 1
+    return n_out, n_in // n_out if n_in else 0
 
 
 def iter_ops(names: Iterable[str]) -> Iterator[Any]:
@@ -210,4 +233,4 @@ def iter_ops(names: Iterable[str]) -> Iterator[Any]:
             yield op
 
 
-REDUCTION_BY_TAG = by_category("reduction", flops_per_input=1.0)
+REDUCTION_BY_TAG = by_category("reduction", flops_per_input=1.0, rows=reduced_rows)

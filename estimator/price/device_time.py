@@ -29,9 +29,14 @@ OVERHEAD_SCALE_S = 1e-6
 # GEMM-shaped ops whose smaller inner dimension (N or K per group) is below this cannot fill a
 # tensor-core tile (depthwise convolutions, skinny projections): log_narrow = log2(min(N, K) / this).
 NARROW_DIM = 64
+# Row-wise ops (norms, softmax, reductions): log_row_len = log2(elements per row / ROW_LEN_REF) says how
+# much fixed per-row work (a block's setup, a cross-warp reduction) each byte carries; log_row_fill =
+# log2(rows / SMs), capped at 0, says how much of the GPU too few rows leave idle.
+ROW_LEN_REF = 1024
 # The fitted correction never makes an op faster than its roofline at catalogue peaks (a physical
-# bound for DRAM-resident data), nor more than 50x slower.
-RESIDUAL_CLIP = (0.0, np.log(50.0))
+# bound for DRAM-resident data), nor more than 500x slower (a one-row layer norm of a few KB takes ~100x its
+# roofline; fits stay inside their data's feature range in any case).
+RESIDUAL_CLIP = (0.0, np.log(500.0))
 Z90 = 1.6449                          # two-sided 90 % interval
 MAX_LOG_SD = 2.0                      # std of log time beyond which an interval is capped
 
@@ -100,6 +105,10 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     x[:, 8] = np.clip(np.log1p(OVERHEAD_SCALE_S / np.maximum(roofline_s, 1e-12)), 0.0, 10.0)
     inner = np.maximum(np.minimum(nn, k), 1.0)
     x[:, 9] = np.where(is_gemm, np.minimum(np.log2(inner / NARROW_DIM), 0.0), 0.0)
+    rows, row_len = table.rowwise.T
+    rowwise = (rows > 0) & (row_len > 0)
+    x[:, 10] = np.where(rowwise, np.clip(np.log2(np.maximum(row_len, 1.0) / ROW_LEN_REF), -10.0, 10.0), 0.0)
+    x[:, 11] = np.where(rowwise, np.minimum(np.log2(np.maximum(rows, 1.0) / gpu.sm_count), 0.0), 0.0)
     return x
 
 

@@ -31,6 +31,7 @@ class NodeTable:
     bytes: np.ndarray         # bytes read + written
     kernels: np.ndarray       # CUDA kernels launched
     gemm: np.ndarray          # (n, 4): M, N, K, batch
+    rowwise: np.ndarray       # (n, 2): independent rows, elements per row (row-wise ops; else 0)
     free: np.ndarray          # bool: metadata-only, no kernel, no host dispatch worth pricing
     host_only: np.ndarray     # bool: runs on the CPU only
     supported: np.ndarray     # bool
@@ -60,6 +61,8 @@ class NodeTable:
             kernels=np.asarray(col("kernels", 1), dtype=float),
             gemm=np.asarray([[r.get("gemm_m", 0), r.get("gemm_n", 0), r.get("gemm_k", 0), r.get("gemm_batch", 1)]
                              for r in rows], dtype=float).reshape(len(rows), 4),
+            rowwise=np.asarray([[r.get("row_count", 0), r.get("row_len", 0)] for r in rows],
+                               dtype=float).reshape(len(rows), 2),
             free=np.asarray(col("free", False), dtype=bool),
             host_only=np.asarray(col("host_only", False), dtype=bool),
             supported=np.asarray(col("supported", True), dtype=bool),
