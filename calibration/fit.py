@@ -35,7 +35,10 @@ from estimator.profile import (MODE_KEY_SEP, PROFILE_SCHEMA, RESIDUAL_FEATURES, 
 MIN_ROWS_PER_CATEGORY = 8
 MIN_ROWS_PER_OP = 10
 ROWS_PER_COEF = 2               # a fit gets at most one coefficient per this many benchmarks
+CHILD_ROWS_PER_COEF = 4         # ... and a fit pooled with its parent one correction per this many
 MAX_CONDITION = 1e3             # largest condition number of a fit's (column-scaled) design
+MIN_FEATURE_SPREAD = 0.1        # feature units (log2 / flags) by which a sample must differ to count as
+MIN_ROWS_APART = 3              # ... varying that feature, and how many must
 TINY_BYTES = 64 * 1024          # a kernel moving less than this is pure latency on any modern GPU
 TINY_FLOPS = 1e5
 MIN_RESIDUAL_SHARE = 0.2        # measured time left after latency, as a floor fraction
@@ -168,9 +171,12 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
             continue
         measured = r["time_ms_median"] * 1e-3
         after_latency = max(measured - float(table.kernels.sum()) * latency_s, MIN_RESIDUAL_SHARE * measured)
-        weights = roof / total_roof
         cats = table.category
         dominant = max(set(cats.tolist()), key=lambda c: roof[cats == c].sum())
+        # Features describe the fit's own nodes: a side node of another category (an RNN benchmark's
+        # loss reduction) is priced by its own fit and must not lend this one its shape features.
+        own = np.where(cats == dominant, roof, 0.0)
+        weights = own / own.sum()
         top = int(np.argmax(roof))
         out.append(RowFeatures(dominant, str(table.op[top]), str(times.effective_mode[top]),
                                math.log(after_latency / total_roof), weights @ times.features,
@@ -182,16 +188,24 @@ def _robust_fit(y: np.ndarray, x: np.ndarray) -> Any:
     return sm.RLM(y, x, M=sm.robust.norms.HuberT()).fit()
 
 
-def usable_features(x: np.ndarray) -> list[int]:
+def usable_features(x: np.ndarray, rows_per_coef: int = ROWS_PER_COEF) -> list[int]:
     """Features that vary in these samples and are not (near-)collinear with earlier ones, in
-    RESIDUAL_FEATURES order, at most one per ROWS_PER_COEF samples: a key with a dozen benchmarks is
+    RESIDUAL_FEATURES order, at most one per `rows_per_coef` samples: a key with a dozen benchmarks is
     not fitted with ten free slopes."""
-    budget = max(1, len(x) // ROWS_PER_COEF)
+    budget = max(1, len(x) // rows_per_coef)
     kept: list[int] = []
-    for j in [0] + [j for j in range(1, x.shape[1]) if np.ptp(x[:, j]) > 1e-9]:
+    for j in [0] + [j for j in range(1, x.shape[1]) if _informative(x[:, j])]:
         if len(kept) < budget and _well_conditioned(x[:, kept + [j]]):
             kept.append(j)
     return kept
+
+
+def _informative(column: np.ndarray) -> bool:
+    """A feature says something about these samples only if several of them take values apart from
+    the rest: a sliver from a side node (a loss reduction's share of an RNN benchmark) lets the fit buy
+    any residual with an enormous slope that then multiplies every real node of that key."""
+    apart = np.abs(column - np.median(column)) > MIN_FEATURE_SPREAD
+    return int(apart.sum()) >= MIN_ROWS_APART
 
 
 def _well_conditioned(x: np.ndarray, max_cond: float = MAX_CONDITION) -> bool:
@@ -202,22 +216,39 @@ def _well_conditioned(x: np.ndarray, max_cond: float = MAX_CONDITION) -> bool:
     return bool(s[-1] > 0 and s[0] / s[-1] < max_cond)
 
 
-def fit_category(samples: list[RowFeatures]) -> ResidualFit:
-    """Huber-robust regression on the usable features; the others get coefficient 0."""
+def fit_category(samples: list[RowFeatures], parent: ResidualFit | None = None) -> ResidualFit:
+    """Huber-robust regression on the usable features; the others get coefficient 0.
+
+    With a parent fit (partial pooling), the regression is of what the parent leaves unexplained, on
+    at most one feature per CHILD_ROWS_PER_COEF samples: a narrow key (one op, one math mode) corrects
+    its parent's level and the slopes its own data pin down, and inherits the rest of the parent's
+    shape dependence instead of re-learning it from a dozen benchmarks."""
     y = np.array([s.y for s in samples])
     x = np.vstack([s.x for s in samples])
-    kept = usable_features(x)
-    model = _robust_fit(y, x[:, kept])
     coef = np.zeros(x.shape[1])
     cov = np.zeros((x.shape[1], x.shape[1]))
-    coef[kept] = model.params
-    cov[np.ix_(kept, kept)] = np.asarray(model.cov_params())
+    x_lo, x_hi = x.min(axis=0), x.max(axis=0)
+    if parent is not None:
+        coef[:] = parent.coef
+        cov[:] = parent.cov
+        x_lo = np.minimum(x_lo, parent.x_lo) if parent.x_lo is not None else x_lo
+        x_hi = np.maximum(x_hi, parent.x_hi) if parent.x_hi is not None else x_hi
+        target = y - np.clip(x, parent.x_lo or -np.inf, parent.x_hi or np.inf) @ coef
+        kept = usable_features(x, CHILD_ROWS_PER_COEF)
+    else:
+        target = y
+        kept = usable_features(x)
+    model = _robust_fit(target, x[:, kept])
+    coef[kept] += model.params
+    # The parent's coefficients are estimated from other rows too; treating the two estimates as
+    # independent adds their covariances.
+    cov[np.ix_(kept, kept)] += np.asarray(model.cov_params())
     sigma = float(model.scale)  # robust (MAD-based) residual scale of log time
-    resid = y - x[:, kept] @ model.params
+    resid = target - x[:, kept] @ model.params
     ss_tot = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if len(kept) > 1 and ss_tot > 0 else 0.0
+    r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 and (parent or len(kept) > 1) else 0.0
     return ResidualFit(tuple(map(float, coef)), tuple(tuple(map(float, row)) for row in cov), sigma, r2, len(y),
-                       x_lo=tuple(map(float, x.min(axis=0))), x_hi=tuple(map(float, x.max(axis=0))))
+                       x_lo=tuple(map(float, x_lo)), x_hi=tuple(map(float, x_hi)))
 
 
 def fit_residuals(samples: list[RowFeatures]) -> dict[str, ResidualFit]:
@@ -230,17 +261,22 @@ def fit_residuals(samples: list[RowFeatures]) -> dict[str, ResidualFit]:
     # Ops with enough benchmarks of their own (e.g. layer norm vs batch norm, attention forward vs
     # backward) get their own fit, and so do ops and categories in one math mode (an fp32 SIMT GEMM
     # and a bf16 tensor-core GEMM approach their peaks differently); the estimator uses the most
-    # specific fit there is (see estimator.price.device_time.fit_keys).
+    # specific fit there is (see estimator.price.device_time.fit_keys). Each is pooled with its parent.
     # A narrower key whose rows are all of its parent's adds nothing and is skipped.
-    parent_size = Counter(s.category for s in train) + Counter(s.op for s in train)
-    for key_of, parent_of in ((lambda s: s.op, lambda s: s.category),
-                              (lambda s: s.category + MODE_KEY_SEP + s.mode, lambda s: s.category),
-                              (lambda s: s.op + MODE_KEY_SEP + s.mode, lambda s: s.op)):
+    # Pooling follows the larger effect: math mode changes a GEMM's behaviour more than which GEMM op
+    # it is, so an op in one mode pools with its category in that mode (else with the op).
+    parent_size = Counter(s.category for s in train) + Counter(s.op for s in train) + \
+        Counter(s.category + MODE_KEY_SEP + s.mode for s in train)
+    for key_of, parents_of in ((lambda s: s.op, lambda s: (s.category,)),
+                               (lambda s: s.category + MODE_KEY_SEP + s.mode, lambda s: (s.category,)),
+                               (lambda s: s.op + MODE_KEY_SEP + s.mode,
+                                lambda s: (s.category + MODE_KEY_SEP + s.mode, s.op, s.category))):
         for key in sorted({key_of(s) for s in train}):
             rows = [s for s in train if key_of(s) == key]
+            parents = [p for p in parents_of(rows[0]) if p in fits]
             if (len(rows) >= MIN_ROWS_PER_OP and len({s.category for s in rows}) == 1 and key not in fits
-                    and len(rows) < parent_size[parent_of(rows[0])]):
-                fits[key] = fit_category(rows)
+                    and all(len(rows) < parent_size[p] for p in parents_of(rows[0]))):
+                fits[key] = fit_category(rows, fits[parents[0]] if parents else None)
     default_rows = [s for s in train if s.category in MEMORY_LIKE] or train
     if not default_rows:
         raise ProfileError("the calibration data has no usable timing rows")

@@ -113,3 +113,51 @@ def test_fit_regresses_on_the_nodes_this_estimator_derives():
     (node,) = rows[0]["nodes"]
     assert node["op"] == "aten.embedding.default"
     assert 0 < node["bytes_read"] < 1e9  # the looked-up rows, not the 250k-row table nor the stale value
+
+
+def _samples(ys, xs, op="aten.mm.default"):
+    from calibration.fit import RowFeatures
+    return [RowFeatures("matmul", op, "bf16", float(y), np.asarray(x, dtype=float), False, 1e-3, {})
+            for y, x in zip(ys, xs)]
+
+
+def _features(**cols):
+    from estimator.profile import RESIDUAL_FEATURES
+    n = len(next(iter(cols.values())))
+    x = np.zeros((n, len(RESIDUAL_FEATURES)))
+    x[:, 0] = 1.0
+    for name, values in cols.items():
+        x[:, RESIDUAL_FEATURES.index(name)] = values
+    return x
+
+
+def test_pooled_fit_corrects_level_and_inherits_slopes():
+    """A narrow key with few benchmarks corrects its parent's level; the slope its own narrow data
+    cannot pin down comes from the parent (partial pooling), not from noise."""
+    from calibration.fit import fit_category
+    from estimator.profile import RESIDUAL_FEATURES
+    rng = np.random.default_rng(0)
+    j = RESIDUAL_FEATURES.index("log_roof_us")
+    wide = np.linspace(-2, 4, 40)
+    parent = fit_category(_samples(0.5 + 0.3 * wide + rng.normal(0, 0.01, 40), _features(log_roof_us=wide)))
+    assert parent.coef[0] == pytest.approx(0.5, abs=0.02) and parent.coef[j] == pytest.approx(0.3, abs=0.01)
+    narrow = np.linspace(0.0, 0.1, 10)  # too narrow to tell a slope from noise
+    child = fit_category(_samples(0.9 + 0.3 * narrow + rng.normal(0, 0.05, 10), _features(log_roof_us=narrow)),
+                         parent)
+    assert child.coef[j] == pytest.approx(0.3, abs=0.01)
+    assert child.coef[0] == pytest.approx(0.9, abs=0.05)
+    # predictions may use the parent's feature range, where the inherited slope was learnt
+    assert child.x_lo[j] == pytest.approx(-2) and child.x_hi[j] == pytest.approx(4)
+
+
+def test_features_only_a_sliver_of_the_samples_vary_are_not_fitted():
+    """Two samples off by a hair in a feature would let the fit explain any residual with a huge slope."""
+    from calibration.fit import fit_category
+    from estimator.profile import RESIDUAL_FEATURES
+    size = np.linspace(-2, 3, 20)
+    sliver = np.zeros(20)
+    sliver[[3, 11]] = 0.05
+    ys = 1.0 + 0.2 * size + np.where(sliver > 0, 0.5, 0.0)
+    fit = fit_category(_samples(ys, _features(log_roof_us=size, log_row_len=sliver)))
+    assert fit.coef[RESIDUAL_FEATURES.index("log_row_len")] == 0.0
+    assert fit.coef[RESIDUAL_FEATURES.index("log_roof_us")] == pytest.approx(0.2, abs=0.05)
