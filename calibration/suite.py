@@ -330,9 +330,12 @@ class _RNNForward(torch.nn.Module):
 def _rnn(out: list[Benchmark]) -> None:
     configs = [(128, 32, 256, 256, 1), (64, 64, 512, 512, 2), (256, 8, 128, 1024, 1), (32, 128, 1024, 1024, 1),
                (512, 16, 64, 128, 2)]
+    # More LSTM shapes (batch 1, deep, wide); the GRU's per-step CPU trace makes it slow to re-trace.
+    lstm_only = [(64, 1, 512, 512, 1), (128, 64, 256, 512, 1), (32, 32, 128, 256, 3), (256, 128, 512, 512, 1),
+                 (16, 256, 1024, 2048, 1)]
     for cell in ("lstm", "gru"):
         gates = 4 if cell == "lstm" else 3
-        for seq, batch, fin, hid, layers in configs:
+        for seq, batch, fin, hid, layers in configs + (lstm_only if cell == "lstm" else []):
             fl = 2.0 * seq * batch * gates * hid * (fin + hid + (layers - 1) * 2 * hid)
             nb = 4.0 * (seq * batch * (fin + hid) + gates * hid * (fin + hid) * layers)
             params = {"cell": cell, "seq": seq, "batch": batch, "input": fin, "hidden": hid, "layers": layers,
@@ -417,11 +420,13 @@ def _elementwise(out: list[Benchmark]) -> None:
 
 
 def _reduction(out: list[Benchmark]) -> None:
-    shapes = [(1024, 1024), (8192, 8192), (32, 2 ** 20), (2 ** 20, 32), (4096, 50257), (64, 1000)]
+    shapes = [(1024, 1024), (8192, 8192), (32, 2 ** 20), (2 ** 20, 32), (4096, 50257), (64, 1000),
+              (4096, 64), (64, 65536), (16384, 2048)]
+    both_dims = ((8192, 8192), (2 ** 20, 32), (64, 65536))
     for opname, fn in {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax}.items():
         for r, c in shapes:
             for dim in (-1, 0):
-                if opname != "sum" and dim == 0 and (r, c) not in ((8192, 8192), (2 ** 20, 32)):
+                if opname != "sum" and dim == 0 and (r, c) not in both_dims:
                     continue
 
                 def build(device: torch.device, seed: int, r=r, c=c, fn=fn, dim=dim) -> Built:
@@ -434,7 +439,8 @@ def _reduction(out: list[Benchmark]) -> None:
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
         for opname, fn in {"softmax": F.softmax, "log_softmax": F.log_softmax}.items():
-            for r, c in [(4096, 1024), (16384, 4096), (8 * 16 * 512, 512), (8192, 50257), (128, 128)]:
+            for r, c in [(4096, 1024), (16384, 4096), (8 * 16 * 512, 512), (8192, 50257), (128, 128),
+                         (65536, 64), (2048, 2048), (512, 32000)]:
                 if mode == "bf16" and opname == "log_softmax" and c != 50257:
                     continue
 
@@ -454,7 +460,8 @@ def _norm(out: list[Benchmark]) -> None:
     # batch norm (training statistics), NCHW
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
-        for n, c, hw in [(32, 64, 112), (32, 256, 56), (128, 512, 28), (8, 2048, 7), (1, 64, 56), (64, 96, 35)]:
+        for n, c, hw in [(32, 64, 112), (32, 256, 56), (128, 512, 28), (8, 2048, 7), (1, 64, 56), (64, 96, 35),
+                         (64, 32, 112), (16, 24, 112), (256, 128, 14)]:
             numel = n * c * hw * hw
 
             def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, dt=dt) -> tuple:
@@ -473,7 +480,9 @@ def _norm(out: list[Benchmark]) -> None:
     # layer norm over the last dim
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
-        for tokens, dim in [(2048, 768), (8192, 4096), (1, 4096), (32768, 1024), (4 * 197, 384), (16384, 50)]:
+        for tokens, dim in [(2048, 768), (8192, 4096), (1, 4096), (32768, 1024), (4 * 197, 384), (16384, 50),
+                            (16384, 64), (4096, 128), (65536, 256), (512, 2048), (256, 8192), (4096, 100),
+                            (1024, 12288)]:
             numel = tokens * dim
 
             def leaves(device: torch.device, seed: int, i: int, tokens=tokens, dim=dim, dt=dt) -> tuple:
@@ -488,7 +497,8 @@ def _norm(out: list[Benchmark]) -> None:
             _fwd_bwd(out, "layernorm", tag, "norm", "layer_norm", params, ln, leaves, 3,
                      _est(5.0 * numel, 2.0 * numel * dt.itemsize), _est(8.0 * numel, 3.0 * numel * dt.itemsize))
     # group norm
-    for n, c, hw, groups in [(8, 256, 64, 32), (32, 128, 32, 32), (2, 512, 128, 32), (16, 64, 56, 8)]:
+    for n, c, hw, groups in [(8, 256, 64, 32), (32, 128, 32, 32), (2, 512, 128, 32), (16, 64, 56, 8),
+                             (4, 320, 64, 32), (1, 128, 256, 32), (64, 256, 16, 16)]:
         numel = n * c * hw * hw
 
         def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, groups=groups) -> tuple:
