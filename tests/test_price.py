@@ -87,7 +87,8 @@ def test_monotone_in_clock_and_batch():
         ts = [estimator.estimate(g, "H100", clock=c).time_s for c in clocks]
         assert all(a >= b_ - 1e-15 for a, b_ in zip(ts, ts[1:])), "time must not rise with clock"
         times.append(ts[-1])
-    assert all(a <= b for a, b in zip(times, times[1:])), "time must not fall with batch"
+    # a host-bound step takes the same time at every batch: equal up to summation rounding
+    assert all(a <= b * (1 + 1e-12) for a, b in zip(times, times[1:])), "time must not fall with batch"
 
 
 def test_host_timeline_matches_loop():
