@@ -25,12 +25,12 @@ from scipy.optimize import lsq_linear
 
 from estimator.catalog import GPUSpec, get_gpu
 from estimator.errors import ProfileError
-from estimator.price.device_time import device_times, fit_keys
+from estimator.price.device_time import device_times, fit_keys, within_fit_range
 from estimator.price.node_table import NodeTable
 from estimator.price.power import voltage_ratio
 from estimator.price.profile_choice import roofline_profile
-from estimator.profile import (MODE_KEY_SEP, PROFILE_SCHEMA, RESIDUAL_FEATURES, PowerFit, Profile,
-                               ResidualFit, prior_profile, profile_from_json)
+from estimator.profile import (PROFILE_SCHEMA, RESIDUAL_FEATURES, PowerFit, Profile, ResidualFit, mode_key,
+                               prior_profile, profile_from_json)
 
 MIN_ROWS_PER_CATEGORY = 8
 MIN_ROWS_PER_OP = 10
@@ -233,7 +233,7 @@ def fit_category(samples: list[RowFeatures], parent: ResidualFit | None = None) 
         cov[:] = parent.cov
         x_lo = np.minimum(x_lo, parent.x_lo) if parent.x_lo is not None else x_lo
         x_hi = np.maximum(x_hi, parent.x_hi) if parent.x_hi is not None else x_hi
-        target = y - np.clip(x, parent.x_lo or -np.inf, parent.x_hi or np.inf) @ coef
+        target = y - within_fit_range(parent, x) @ coef
         kept = usable_features(x, CHILD_ROWS_PER_COEF)
     else:
         target = y
@@ -266,17 +266,17 @@ def fit_residuals(samples: list[RowFeatures]) -> dict[str, ResidualFit]:
     # Pooling follows the larger effect: math mode changes a GEMM's behaviour more than which GEMM op
     # it is, so an op in one mode pools with its category in that mode (else with the op).
     parent_size = Counter(s.category for s in train) + Counter(s.op for s in train) + \
-        Counter(s.category + MODE_KEY_SEP + s.mode for s in train)
+        Counter(mode_key(s.category, s.mode) for s in train)
     for key_of, parents_of in ((lambda s: s.op, lambda s: (s.category,)),
-                               (lambda s: s.category + MODE_KEY_SEP + s.mode, lambda s: (s.category,)),
-                               (lambda s: s.op + MODE_KEY_SEP + s.mode,
-                                lambda s: (s.category + MODE_KEY_SEP + s.mode, s.op, s.category))):
+                               (lambda s: mode_key(s.category, s.mode), lambda s: (s.category,)),
+                               (lambda s: mode_key(s.op, s.mode),
+                                lambda s: (mode_key(s.category, s.mode), s.op, s.category))):
         for key in sorted({key_of(s) for s in train}):
             rows = [s for s in train if key_of(s) == key]
-            parents = [p for p in parents_of(rows[0]) if p in fits]
+            parents = parents_of(rows[0])
             if (len(rows) >= MIN_ROWS_PER_OP and len({s.category for s in rows}) == 1 and key not in fits
-                    and all(len(rows) < parent_size[p] for p in parents_of(rows[0]))):
-                fits[key] = fit_category(rows, fits[parents[0]] if parents else None)
+                    and all(len(rows) < parent_size[p] for p in parents)):
+                fits[key] = fit_category(rows, next((fits[p] for p in parents if p in fits), None))
     default_rows = [s for s in train if s.category in MEMORY_LIKE] or train
     if not default_rows:
         raise ProfileError("the calibration data has no usable timing rows")

@@ -26,6 +26,11 @@ RESIDUAL_FEATURES = ("const", "ridge_pos", "ridge_neg", "log_roof_us", "log_wave
 MODE_KEY_SEP = "@"
 
 
+def mode_key(name: str, mode: str) -> str:
+    """The residual-fit key of an op or category narrowed to one math mode."""
+    return name + MODE_KEY_SEP + mode
+
+
 @dataclass(frozen=True)
 class ResidualFit:
     """Robust regression of log(measured / roofline) on the profile's residual features for one key

@@ -15,7 +15,7 @@ from typing import Iterable
 import numpy as np
 
 from ..catalog import GPUSpec
-from ..profile import MODE_KEY_SEP, RESIDUAL_FEATURES, Profile
+from ..profile import RESIDUAL_FEATURES, Profile, ResidualFit, mode_key
 from .node_table import NodeTable, map_values
 
 # What a GPU without a hardware path for a math mode runs instead (cuBLAS/cuDNN fall back).
@@ -122,10 +122,17 @@ def fit_keys(table: NodeTable, mode: np.ndarray, available: Iterable[str]) -> np
         key = resolved.get(triple)
         if key is None:
             op, category, m = triple
-            candidates = (op + MODE_KEY_SEP + m, op, category + MODE_KEY_SEP + m, category)
+            candidates = (mode_key(op, m), op, mode_key(category, m), category)
             key = resolved[triple] = next((c for c in candidates if c in have), "default")
         keys[i] = key
     return keys
+
+
+def within_fit_range(fit: ResidualFit, x: np.ndarray) -> np.ndarray:
+    """Features clipped to the range `fit` was fitted on: a fit is used, never extrapolated."""
+    if fit.x_lo is None or fit.x_hi is None:
+        return x
+    return np.clip(x, np.asarray(fit.x_lo), np.asarray(fit.x_hi))
 
 
 def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, profile: Profile,
@@ -155,9 +162,7 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
         fit = profile.residuals[key]
         beta = np.asarray(fit.coef)
         cov = np.asarray(fit.cov)
-        xs = x[np.ix_(sel, cols)]
-        if fit.x_lo is not None and fit.x_hi is not None:
-            xs = np.clip(xs, np.asarray(fit.x_lo), np.asarray(fit.x_hi))
+        xs = within_fit_range(fit, x[np.ix_(sel, cols)])
         log_eff[sel] = xs @ beta
         # A robust fit's covariance of a near-singular design need not be PSD (clip tiny negatives),
         # and a 90 % interval wider than e^(Z90*MAX_LOG_SD) says "unknown" as well as a wider one would.
