@@ -685,3 +685,114 @@ def test_column_reduction_rows():
     graph = trace(ColumnSum(), (torch.empty(32, 1000),))
     (node,) = nodes(graph, op="aten.sum.dim_IntList")
     assert (node["row_count"], node["row_len"]) == (1000, 32)
+
+
+# ---------------------------------------------------------------- shapes the device-time model reads
+
+def _conv_nodes(graph: nx.DiGraph, op: str) -> list[dict]:
+    return [d for _, d in graph.nodes(data=True) if d["op"] == f"aten.{op}.default"]
+
+
+def test_conv_backward_gemm_is_the_data_gradient():
+    """convolution_backward's representative GEMM is the data gradient (M = N*input spatial, N = Cin/g,
+    K = Cout/g * kernel); when only the weight gradient is computed (the first layer), the forward GEMM."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 7, 2, 3, bias=False), torch.nn.ReLU(),
+                                torch.nn.Conv2d(64, 32, 3, 1, 1, bias=False))
+    graph = trace(model, (torch.empty(2, 3, 32, 32),), mode="training")
+    gemm = lambda d: (d["gemm_m"], d["gemm_n"], d["gemm_k"], d["kernels"])  # noqa: E731
+    second, first = _conv_nodes(graph, "convolution_backward")
+    assert gemm(second) == (2 * 16 * 16, 64, 32 * 9, 2)
+    assert gemm(first) == (2 * 16 * 16, 64, 3 * 49, 1)
+
+
+def test_transposed_conv_gemm_shapes():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, bias=False), torch.nn.ConvTranspose2d(16, 8, 4, 2, 1, bias=False))
+    graph = trace(model, (torch.empty(2, 3, 32, 32),), mode="training")
+    fwd = _conv_nodes(graph, "convolution")[1]
+    # forward: output 8 channels at 60x60 from 16 channels through a 4x4 kernel
+    assert (fwd["gemm_m"], fwd["gemm_n"], fwd["gemm_k"]) == (2 * 60 * 60, 8, 16 * 16)
+    bwd = _conv_nodes(graph, "convolution_backward")[0]
+    # its data gradient is a normal convolution back to 16 channels at 30x30
+    assert (bwd["gemm_m"], bwd["gemm_n"], bwd["gemm_k"]) == (2 * 30 * 30, 16, 8 * 16)
+
+
+@pytest.mark.parametrize("groups", [1, 4, 16])
+def test_grouped_conv_backward_flops_count_each_group_once(groups):
+    """Each gradient of a convolution costs what its forward does; torch's formula prices a grouped
+    convolution's weight gradient over all input channels (groups times too much), ours does not."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, bias=False),
+                                torch.nn.Conv2d(16, 16, 3, groups=groups, bias=False))
+    graph = trace(model, (torch.empty(2, 3, 32, 32),), mode="training")
+    forward = _conv_nodes(graph, "convolution")[1]
+    backward = _conv_nodes(graph, "convolution_backward")[0]
+    assert backward["gemm_batch"] == groups
+    assert backward["flops"] == pytest.approx(2 * forward["flops"])
+
+
+def test_conv_and_pool_record_their_window_and_memory_format():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(8, 8, 7, padding=3, groups=8)
+            self.pool = torch.nn.MaxPool2d(3, 2)
+
+        def forward(self, x):  # ConvNeXt-style: activations stored NHWC, viewed as NCHW
+            return self.pool(self.conv(x.permute(0, 3, 1, 2)))
+    graph = trace(Net(), (torch.empty(2, 16, 16, 8),), mode="training")
+    conv, = _conv_nodes(graph, "convolution")
+    assert (conv["window"], conv["channels_last"]) == (49, True)
+    assert _conv_nodes(graph, "convolution_backward")[0]["channels_last"]
+    pool, = nodes(graph, op="aten.max_pool2d_with_indices.default")
+    assert pool["window"] == 9 and not pool["channels_last"]
+    plain = trace(torch.nn.Conv2d(8, 8, 3), (torch.empty(2, 8, 16, 16),))
+    assert _conv_nodes(plain, "convolution")[0]["channels_last"] is False
+
+
+@pytest.mark.parametrize("expr, permuted", [
+    (lambda x: x.t().contiguous(), True), (lambda x: x.clone(), False),
+    (lambda x: x.view(4, 8, 4, 8).permute(0, 2, 3, 1).contiguous(), True),
+    (lambda x: x.to(torch.bfloat16), False), (lambda x: x.t() + 1, False),
+])
+def test_transposing_copies_are_flagged(expr, permuted):
+    """A copy that reads one memory order and writes another cannot coalesce both sides."""
+    class Fn(torch.nn.Module):
+        def forward(self, x):
+            return expr(x)
+    graph = trace(Fn(), (torch.empty(32, 32),))
+    (node,) = [d for _, d in graph.nodes(data=True) if not d["free"]]
+    assert node["permuted"] is permuted
+
+
+def test_causal_attention_records_the_skipped_tiles():
+    from estimator.annotate.formulas import causal_kept_fraction
+
+    assert causal_kept_fraction(4, 4, 0) == 1.0
+    assert causal_kept_fraction(4, 4, 1) == pytest.approx(10 / 16)          # rows see 1, 2, 3, 4 keys
+    assert causal_kept_fraction(2, 4, 2) == pytest.approx((3 + 4) / 8)      # bottom-right: 3 and 4 keys
+    assert causal_kept_fraction(2, 4, 1) == pytest.approx((1 + 2) / 8)      # top-left: 1 and 2 keys
+    graph = trace(CausalSelfAttention(), (torch.empty(2, 512, 64),), mode="training", precision="bf16")
+    fwd, bwd = nodes(graph, category="attention")
+    for node in (fwd, bwd):  # 4 query tiles of 128: tiles on and below the diagonal, 10 of 16
+        assert node["flops_skipped"] == pytest.approx(node["flops"] * 6 / 16)
+    full = trace(CausalSelfAttention(explicit_mask=True), (torch.empty(2, 512, 64),), precision="bf16")
+    assert nodes(full, category="attention")[0]["flops_skipped"] == 0.0
+
+
+def test_mixed_precision_follows_cuda_autocast():
+    """CUDA autocast runs pow, layer norm and softmax in fp32 where CPU autocast (the trace's) would not;
+    GEMMs stay in 16 bits."""
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 16)
+            self.ln = torch.nn.LayerNorm(16)
+
+        def forward(self, x):
+            h = self.fc(x)
+            return self.ln(torch.softmax(h * torch.pow(h, 3.0), -1))
+    graph = trace(Block(), (torch.empty(4, 16),), precision="bf16-mixed")
+    dtype = {d["op"]: d["dtype"] for _, d in graph.nodes(data=True) if not d["free"]}
+    assert dtype["aten.addmm.default"] == "bfloat16"
+    assert dtype["aten.pow.Tensor_Scalar"] == "float32"
+    assert dtype["aten._softmax.default"] == "float32"
+    assert dtype["aten.native_layer_norm.default"] == "float32"

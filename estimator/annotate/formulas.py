@@ -13,11 +13,11 @@ from dataclasses import replace
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import flop_registry
+from torch.utils.flop_counter import conv_flop_count, flop_registry
 
 from .registry import (
-    Cost, OpCall, by_category, generic_cost, iter_ops, mark_free, reduced_rows, register_cost, tensors,
-    unique_bytes,
+    Cost, OpCall, by_category, generic_cost, iter_ops, layout_order, mark_free, reduced_rows, register_cost,
+    tensors, unique_bytes,
 )
 
 aten = torch.ops.aten
@@ -74,15 +74,15 @@ def _scaled_mm(call: OpCall) -> Cost:
 # ---------------------------------------------------------------- convolution
 
 def _conv_gemm(x: tuple, w: tuple, y: tuple, groups: int, transposed: bool) -> tuple[tuple, int]:
-    """Implicit-GEMM shape of a forward convolution: M = N*spatial_out, N = Cout/g, K = Cin/g*kernel."""
-    if transposed:  # a transposed conv is the data-gradient of a normal one
-        x, y = y, x
+    """Implicit-GEMM shape of a forward convolution producing `y` from `x`: M = N * output spatial,
+    N = output channels per group, K = input channels per group * kernel area. A transposed convolution's
+    weight is (Cin, Cout/groups, kernel...), a normal one's (Cout, Cin/groups, kernel...)."""
     n = x[0] if x else 1
     kernel = math.prod(w[2:]) if len(w) > 2 else 1
-    cout = w[0] if not transposed else w[1] * groups
-    cin_g = w[1] if not transposed else w[0] // max(groups, 1)
+    g = max(groups, 1)
+    out_g, in_g = (w[1], w[0] // g) if transposed else (w[0] // g, w[1])
     spatial_out = math.prod(y[2:]) if len(y) > 2 else 1
-    return (n * spatial_out, cout // max(groups, 1), cin_g * kernel), groups
+    return (n * spatial_out, out_g, in_g * kernel), groups
 
 
 @register_cost(aten.convolution, aten._convolution, *iter_ops(["cudnn_convolution", "convolution_overrideable"]))
@@ -93,20 +93,47 @@ def _convolution(call: OpCall) -> Cost:
     if call.func.overloadpacket is aten._convolution:
         groups = int(call.args[8])
     mnk, g = _conv_gemm(_shape(x), _shape(w), _shape(tensors(call.out)[0]), groups, transposed)
-    return _with_gemm(call, "conv", torch_flops(call), mnk, g)
+    return replace(_with_gemm(call, "conv", torch_flops(call), mnk, g), window=math.prod(_shape(w)[2:]),
+                   channels_last=_is_channels_last(x))
+
+
+def _is_channels_last(x: Any) -> bool:
+    """Whether an activation (N, C, spatial...) has its channels innermost in memory (NHWC/NDHWC)."""
+    if not isinstance(x, torch.Tensor) or x.dim() < 4 or x.shape[1] <= 1:
+        return False
+    order = layout_order(x)
+    return order is not None and order[-1] == 1
 
 
 @register_cost(aten.convolution_backward)
 def _convolution_backward(call: OpCall) -> Cost:
+    # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
+    #  output_mask)
     grad_out, x, w = call.args[0], call.args[1], call.args[2]
-    transposed, groups = bool(call.args[6]), int(call.args[9])
+    transposed, groups = bool(call.args[7]), int(call.args[9])
     mask = call.args[10]
     mnk, g = _conv_gemm(_shape(x), _shape(w), _shape(grad_out), groups, transposed)
     # Data gradient: M = N*spatial_in, N = Cin/g, K = Cout/g*kernel. Use it as the representative GEMM.
     m_in = (_shape(x)[0] * math.prod(_shape(x)[2:])) if len(_shape(x)) > 2 else mnk[0]
     dgrad = (m_in, mnk[2] // max(math.prod(_shape(w)[2:]), 1), mnk[1] * math.prod(_shape(w)[2:]))
     kernels = max(1, sum(bool(v) for v in mask))
-    return _with_gemm(call, "conv", torch_flops(call), dgrad if mask[0] else mnk, g, kernels)
+    return replace(_with_gemm(call, "conv", _conv_backward_flops(call), dgrad if mask[0] else mnk, g, kernels),
+                   window=math.prod(_shape(w)[2:]), channels_last=_is_channels_last(x))
+
+
+def _conv_backward_flops(call: OpCall) -> float:
+    """torch's count, less its overcount of a grouped convolution's weight gradient: torch prices that
+    gradient as a convolution over all input channels, not the Cin/groups each group sees, so a depthwise
+    convolution's weight gradient would count `groups` times the work it does."""
+    flops = torch_flops(call)
+    grad_out, x, w = call.args[0], call.args[1], call.args[2]
+    groups, mask = int(call.args[9]), call.args[10]
+    if groups <= 1 or not mask[1]:
+        return flops
+    t = lambda shape: [shape[1], shape[0], *shape[2:]]  # noqa: E731 (channels <-> batch, as torch does)
+    first, second = (grad_out, x) if bool(call.args[7]) else (x, grad_out)
+    weight_grad = conv_flop_count(t(_shape(first)), t(_shape(second)), t(_shape(w)), transposed=False)
+    return flops - weight_grad * (1.0 - 1.0 / groups)
 
 
 # ---------------------------------------------------------------- attention
@@ -124,13 +151,53 @@ CPU_ATTENTION = {
 }
 
 
+ATTENTION_TILE = 128  # query/key block edge of the flash and memory-efficient kernels
+
+
+def _named_arg(call: OpCall, name: str, default: Any = None) -> Any:
+    """An argument of the call by its schema name (positions differ between the attention kernels)."""
+    for i, arg in enumerate(call.func._schema.arguments):
+        if arg.name == name:
+            if i < len(call.args) and not arg.kwarg_only:
+                return call.args[i]
+            return call.kwargs.get(name, default)
+    return default
+
+
+def causal_mask_kind(call: OpCall) -> int:
+    """0: no causal mask; 1: causal, aligned top-left (torch's is_causal); 2: aligned bottom-right
+    (the memory-efficient kernel's custom_mask_type 2)."""
+    if _named_arg(call, "is_causal", False) is True:
+        return 1
+    kind = _named_arg(call, "custom_mask_type", 0)
+    return int(kind) if isinstance(kind, int) and kind in (1, 2) else 0
+
+
+def causal_kept_fraction(s_q: int, s_k: int, kind: int) -> float:
+    """Share of the s_q x s_k score matrix a causal mask keeps (query i sees keys up to i, plus
+    s_k - s_q when the mask is aligned bottom-right)."""
+    if kind == 0 or s_q <= 0 or s_k <= 0:
+        return 1.0
+    shift = s_k - s_q if kind == 2 else 0
+    # sum over queries i of clip(i + 1 + shift, 0, s_k), in closed form over the three ranges of i
+    lo = min(max(-shift, 0), s_q)                      # rows that see no key
+    hi = min(max(s_k - shift, lo), s_q)                # rows before the mask saturates at s_k
+    ramp = (hi - lo) * (lo + 1 + shift + hi + shift) / 2.0
+    full = (s_q - hi) * s_k
+    return (ramp + full) / float(s_q * s_k)
+
+
 def _attention(call: OpCall, packet: Any, backward: bool) -> Cost:
     q, k = call.args[1 if backward else 0], call.args[2 if backward else 1]
     *lead, s_q, d = _shape(q)
     s_k = _shape(k)[-2]
-    # Flash-style kernels keep the S x S scores on chip: traffic is the operands, not S^2.
-    return _with_gemm(call, "attention", torch_flops(call, packet), (s_q, s_k, d), math.prod(lead),
-                      kernels=3 if backward else 1)
+    flops = torch_flops(call, packet)
+    # Flash-style kernels keep the S x S scores on chip: traffic is the operands, not S^2. Under a causal
+    # mask they skip the tiles wholly above the diagonal and compute the diagonal ones in full; torch's
+    # count (kept as the FLOPs) includes them all.
+    kept = causal_kept_fraction(-(-s_q // ATTENTION_TILE), -(-s_k // ATTENTION_TILE), causal_mask_kind(call))
+    return replace(_with_gemm(call, "attention", flops, (s_q, s_k, d), math.prod(lead), kernels=3 if backward else 1),
+                   flops_skipped=flops * (1.0 - kept))
 
 
 for _name in ATTENTION_FORWARD + ATTENTION_BACKWARD:
@@ -312,8 +379,9 @@ def _pool(backward: bool):
         kernel = call.args[2 if backward else 1] if len(call.args) > (2 if backward else 1) else [1]
         window = math.prod(kernel) if isinstance(kernel, (list, tuple)) and kernel else 1
         big = max((t.numel() for t in call.inputs), default=0)
-        return generic_cost(call, category="pool", flops=float(window * sum(t.numel() for t in call.outputs)
+        cost = generic_cost(call, category="pool", flops=float(window * sum(t.numel() for t in call.outputs)
                                                                 if not backward else big * window))
+        return replace(cost, window=int(window))
     return formula
 
 

@@ -34,6 +34,16 @@ class Cost:
         and the elements in each; 0 otherwise. How a row-wise kernel spreads over the GPU (and how much
         fixed work each row costs) depends on these, not on the total bytes alone.
     kernels: CUDA kernels the op launches.
+    flops_skipped: FLOPs counted in `flops` (torch's convention, so totals agree with FlopCounterMode)
+        that the kernel never computes: a causal attention kernel skips the tiles above the diagonal.
+        Time is priced on flops - flops_skipped.
+    permuted: the op reads an input in a different memory order from the one it writes (a transpose or
+        a layout change such as NCHW -> NHWC), so one side of the copy cannot be coalesced.
+    window: for sliding-window ops (convolution, pooling) the kernel's spatial area (3x3 -> 9), 0
+        otherwise. A 1x1 convolution is a plain GEMM; a larger window gathers its operand (implicit
+        im2col) and re-reads each input element window/stride^2 times.
+    channels_last: a convolution's activation is stored channels-innermost (NHWC), which selects other
+        (cuDNN NHWC) kernels than NCHW data does.
     """
 
     flops: float
@@ -47,6 +57,10 @@ class Cost:
     kernels: int = 1
     supported: bool = True
     host_only: bool = False
+    flops_skipped: float = 0.0
+    permuted: bool = False
+    window: int = 0
+    channels_last: bool = False
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:
@@ -184,11 +198,42 @@ def mark_free(*ops: Any) -> None:
 
 # ---------------------------------------------------------------- generic formulas
 
+# Categories whose kernels stream tensors element by element: their speed depends on whether inputs and
+# outputs share a memory order. GEMM-like kernels choose their own access pattern (a transposed operand is
+# a layout flag to cuBLAS, not a slower copy).
+LAYOUT_SENSITIVE_CATEGORIES = frozenset({"elementwise", "copy", "other"})
+
+
+def layout_order(t: torch.Tensor) -> tuple[int, ...] | None:
+    """Dimensions of `t` (those longer than 1) from outermost to innermost in memory; None for a
+    broadcast (stride-0) tensor, whose order says nothing about how it is read."""
+    dims = [d for d in range(t.dim()) if t.shape[d] > 1]
+    if any(t.stride(d) == 0 for d in dims):
+        return None
+    return tuple(sorted(dims, key=lambda d: -t.stride(d)))
+
+
+def is_permuted(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> bool:
+    """Whether an input of an output's shape is laid out in a different memory order from it."""
+    for out in outputs:
+        order = layout_order(out)
+        if order is None:
+            continue
+        for t in inputs:
+            if t.shape == out.shape and storage_key(t) != storage_key(out):
+                other = layout_order(t)
+                if other is not None and other != order:
+                    return True
+    return False
+
+
 def generic_cost(call: "OpCall", *, category: str, flops: float = 0.0, supported: bool = True,
                  kernels: int = 1) -> Cost:
     """Traffic of every input read once and every output (or in-place target) written once."""
-    return Cost(float(flops), unique_bytes(call.inputs), unique_bytes(call.outputs), category,
-                supported=supported, kernels=kernels)
+    inputs, outputs = call.inputs, call.outputs
+    permuted = category in LAYOUT_SENSITIVE_CATEGORIES and is_permuted(inputs, outputs)
+    return Cost(float(flops), unique_bytes(inputs), unique_bytes(outputs), category,
+                supported=supported, kernels=kernels, permuted=permuted)
 
 
 def pointwise_cost(call: "OpCall", flops_per_element: float = 1.0) -> Cost:

@@ -20,6 +20,7 @@ from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
 from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, storage_key, tensor_bytes,
                                  tensors, unique_bytes)
 from .normalize import cuda_op_name
+from .cuda_autocast import call_with_cuda_policy
 
 # Dispatcher namespaces that carry no device work (device queries, profiler markers).
 IGNORED_NAMESPACES = frozenset({"prim", "profiler"})
@@ -154,6 +155,10 @@ class OpRecorder(TorchDispatchMode):
             "gemm_m": cost.gemm_mnk[0], "gemm_n": cost.gemm_mnk[1], "gemm_k": cost.gemm_mnk[2],
             "gemm_batch": cost.gemm_batch,
             "row_count": cost.rows, "row_len": cost.row_len,
+            "flops_skipped": float(cost.flops_skipped),
+            "permuted": bool(cost.permuted),
+            "window": int(cost.window),
+            "channels_last": bool(cost.channels_last),
             "kernels": cost.kernels if not fused else (cost.kernels if category in TENSOR_CORE_CATEGORIES
                                                        or cost.category in TENSOR_CORE_CATEGORIES else 0) + 1,
             "supported": bool(cost.supported),
@@ -174,6 +179,7 @@ class OpRecorder(TorchDispatchMode):
         node = self.nodes[index]
         a = node.attrs
         a["flops"] += float(cost.flops)
+        a["flops_skipped"] += float(cost.flops_skipped)
         # One library call moves each tensor once: weights re-read by every time step stay in L2/SMEM,
         # state written by one step and read by the next never leaves the kernel's working set.
         # A value one step writes and a later step reads is internal to the call (registers/SMEM);
@@ -214,10 +220,21 @@ class CudaFunctionPaths(TorchFunctionMode):
       Calling SDPA with dropout_p=0 keeps it one kernel with the same FLOPs and traffic.
     - Dropout: on CUDA `aten::dropout` is one `native_dropout` kernel (output and mask) and its gradient
       one `native_dropout_backward`, when 0 < p < 1; the CPU composes bernoulli_, div_ and mul. In-place
-      dropout takes the composite path on CUDA too and is left alone."""
+      dropout takes the composite path on CUDA too and is left alone.
+    - Mixed precision: ops whose autocast policy differs between the CPU (where we trace) and CUDA run
+      with CUDA's (see `cuda_autocast`).
+
+    device_type: the device the trace runs on, whose autocast state says whether mixed precision is on."""
+
+    def __init__(self, device_type: str = "cpu") -> None:
+        super().__init__()
+        self.device_type = device_type
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = dict(kwargs or {})
+        handled, result = call_with_cuda_policy(func, args, kwargs, self.device_type)
+        if handled:
+            return result
         if func is torch.nn.functional.scaled_dot_product_attention:
             if len(args) > 4:  # (query, key, value, attn_mask, dropout_p, ...)
                 args = (*args[:4], 0.0, *args[5:])
