@@ -300,8 +300,8 @@ def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_rat
         times, _ = device_times(table, gpu, clock, plain)
         t = r["time_ms_median"] * 1e-3
         tc = table.tensor_core
-        u_tc = min(float((table.flops[tc] / times.peak_flops[tc]).sum()) / t, 1.0)
-        u_vec = min(float((table.flops[~tc] / times.peak_flops[~tc]).sum()) / t, 1.0)
+        u_tc = min(float((times.work_flops[tc] / times.peak_flops[tc]).sum()) / t, 1.0)
+        u_vec = min(float((times.work_flops[~tc] / times.peak_flops[~tc]).sum()) / t, 1.0)
         u_mem = min(float(table.bytes.sum()) / gpu.memory_bandwidth_bytes_per_s / t, 1.0)
         s = clock / gpu.max_clock_mhz * float(voltage_ratio(gpu, clock, v_min_ratio)) ** 2
         xs.append([1.0, s * u_tc, s * u_vec, u_mem])

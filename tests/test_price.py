@@ -289,3 +289,58 @@ def test_row_features_follow_rows_and_row_length():
     assert f["log_row_fill"][0] == 0.0                               # plenty of rows for every SM
     assert f["log_row_fill"][1] == pytest.approx(math.log2(16 / gpu.sm_count))
     assert f["log_row_len"][2] == 0.0 and f["log_row_fill"][2] == 0.0  # not a row-wise op
+
+
+def _times_of(records, gpu_name="H100"):
+    from estimator.price.device_time import device_times
+    from estimator.price.node_table import NodeTable
+    from estimator.price.profile_choice import roofline_profile
+    gpu = get_gpu(gpu_name)
+    table = NodeTable.from_records(records)
+    return table, device_times(table, gpu, gpu.max_clock_mhz, roofline_profile())[0]
+
+
+def test_depthwise_convolution_runs_on_cuda_cores():
+    """A grouped convolution narrower per group than a tensor-core MMA is priced at the fp32 SIMT peak
+    (cuDNN's depthwise kernels); a dense one at its math mode's tensor-core peak."""
+    base = {"op": "aten.convolution.default", "category": "conv", "math_mode": "bf16", "flops": 1e12,
+            "bytes_read": 1e6, "bytes_written": 1e6}
+    table, times = _times_of([{**base, "gemm_m": 4096, "gemm_n": 1, "gemm_k": 9, "gemm_batch": 384},
+                              {**base, "gemm_m": 4096, "gemm_n": 256, "gemm_k": 2304, "gemm_batch": 1},
+                              {**base, "gemm_m": 4096, "gemm_n": 3, "gemm_k": 3136, "gemm_batch": 1}])
+    gpu = get_gpu("H100")
+    assert list(table.tensor_core) == [False, True, True]   # a 3-channel stem is dense, not depthwise
+    assert list(times.effective_mode) == ["fp32", "bf16", "bf16"]
+    assert times.peak_flops[0] == pytest.approx(gpu.peak_flops_per_s("fp32"))
+    assert times.compute_s[0] > 5 * times.compute_s[1]
+
+
+def test_causal_skipping_saves_time_only_with_waves_to_spare():
+    """A causal kernel cannot finish before its longest query tile: with fewer tiles than SMs it takes
+    the full time; with many waves it saves the skipped share."""
+    base = {"op": "aten._scaled_dot_product_flash_attention.default", "category": "attention",
+            "math_mode": "bf16", "flops": 1e12, "flops_skipped": 0.45e12, "bytes_read": 1e6, "bytes_written": 1e6,
+            "gemm_n": 2048, "gemm_k": 64}
+    gpu = get_gpu("H100")
+    few, many = 4, 64 * gpu.sm_count  # query tiles of 128 rows: batch*heads * ceil(seq/128)
+    table, times = _times_of([{**base, "gemm_m": 128, "gemm_batch": few},
+                              {**base, "gemm_m": 128, "gemm_batch": many},
+                              {**base, "flops_skipped": 0.0, "gemm_m": 128, "gemm_batch": many}])
+    assert times.work_flops[0] == pytest.approx(1e12)
+    assert times.work_flops[1] == pytest.approx(0.55e12)
+    assert times.work_flops[2] == pytest.approx(1e12)
+    assert table.flops[1] == 1e12  # the reported FLOPs stay torch's count
+
+
+def test_layout_and_window_features():
+    base = {"op": "aten.clone.default", "category": "copy", "math_mode": "fp32", "flops": 0.0,
+            "bytes_read": 1e6, "bytes_written": 1e6}
+    conv = {"op": "aten.convolution.default", "category": "conv", "math_mode": "bf16", "flops": 1e9,
+            "bytes_read": 1e6, "bytes_written": 1e6, "gemm_m": 4096, "gemm_n": 64, "gemm_k": 576}
+    f = _features_of([{**base, "permuted": True}, base, {**conv, "window": 9, "channels_last": True},
+                      {**conv, "math_mode": "tf32", "window": 1, "channels_last": True}])
+    assert list(f["permuted"]) == [1.0, 0.0, 0.0, 0.0]
+    assert f["log_window"][2] == pytest.approx(math.log2(9)) and f["log_window"][3] == 0.0
+    assert list(f["nhwc_lowp"]) == [0.0, 0.0, 1.0, 0.0]
+    assert list(f["nhwc_fp32"]) == [0.0, 0.0, 0.0, 1.0]
+    assert list(f["log_work_kept"]) == [0.0] * 4

@@ -54,6 +54,7 @@ class DeviceTimes:
     coef_sd: np.ndarray               # the part from coefficient uncertainty (correlated across nodes)
     peak_flops: np.ndarray            # FLOP/s used per node
     effective_mode: np.ndarray        # math mode priced (after fallbacks)
+    work_flops: np.ndarray            # FLOP the kernels spend time on (see executed_flops)
     bound: np.ndarray                 # "compute" | "memory" | "latency" | "none"
     features: np.ndarray              # (n, len(RESIDUAL_FEATURES)) residual regressors, all of them
 
@@ -76,13 +77,27 @@ def effective_math_modes(table: NodeTable, gpu: GPUSpec) -> tuple[np.ndarray, li
     return out, notes
 
 
+def executed_flops(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
+    """FLOPs each node's time is priced on (FLOP). A causal attention kernel skips the tiles above the
+    diagonal, but it cannot finish before its longest query tile, which sees every key: with fewer query
+    tiles than SMs the skipping saves nothing, with many waves it saves the skipped share."""
+    skipped = table.flops_skipped > 0
+    if not skipped.any():
+        return table.flops
+    m, _, _, batch = table.gemm.T
+    tiles = np.maximum(batch, 1) * np.ceil(np.maximum(m, 1) / GEMM_TILE)
+    kept = 1.0 - table.flops_skipped / np.maximum(table.flops, 1.0)
+    kept = np.maximum(kept, np.minimum(gpu.sm_count / tiles, 1.0))
+    return np.where(skipped, table.flops * kept, table.flops)
+
+
 def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np.ndarray,
-                      roofline_s: np.ndarray) -> np.ndarray:
+                      roofline_s: np.ndarray, work_flops: np.ndarray) -> np.ndarray:
     """Feature matrix (n, len(RESIDUAL_FEATURES)); every feature is normalised to the GPU so a fit
     transfers between GPUs (intensity relative to the ridge point, waves relative to the SM count)."""
     n = len(table)
     bw = gpu.memory_bandwidth_bytes_per_s
-    intensity = table.flops / np.maximum(table.bytes, 1.0)
+    intensity = work_flops / np.maximum(table.bytes, 1.0)
     ridge = peak / bw
     r = np.log2(np.maximum(intensity, 1e-6) / ridge)
     r = np.clip(r, -12.0, 8.0)
@@ -93,6 +108,8 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     wave_eff = np.where(is_gemm, tiles / (waves * gpu.sm_count), 1.0)
     align = map_values(mode, ALIGN_ELEMENTS, 1.0)
     misaligned = is_gemm & ((np.mod(m, align) != 0) | (np.mod(nn, align) != 0) | (np.mod(k, align) != 0))
+    rows, row_len = table.rowwise.T
+    rowwise = (rows > 0) & (row_len > 0)
     x = np.empty((n, len(RESIDUAL_FEATURES)))
     x[:, 0] = 1.0
     x[:, 1] = np.maximum(r, 0.0)
@@ -105,10 +122,19 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     x[:, 8] = np.clip(np.log1p(OVERHEAD_SCALE_S / np.maximum(roofline_s, 1e-12)), 0.0, 10.0)
     inner = np.maximum(np.minimum(nn, k), 1.0)
     x[:, 9] = np.where(is_gemm, np.minimum(np.log2(inner / NARROW_DIM), 0.0), 0.0)
-    rows, row_len = table.rowwise.T
-    rowwise = (rows > 0) & (row_len > 0)
     x[:, 10] = np.where(rowwise, np.clip(np.log2(np.maximum(row_len, 1.0) / ROW_LEN_REF), -10.0, 10.0), 0.0)
     x[:, 11] = np.where(rowwise, np.minimum(np.log2(np.maximum(rows, 1.0) / gpu.sm_count), 0.0), 0.0)
+    x[:, 12] = table.permuted & ~table.tensor_core
+    # How much of the counted work a causal kernel is priced to skip: per skipped FLOP a kernel saves less
+    # than a FLOP's time (diagonal tiles are computed whole, each query tile pays a fixed epilogue).
+    kept = np.divide(work_flops, table.flops, out=np.ones(n), where=table.flops > 0)
+    x[:, 13] = np.log(np.clip(kept, 1e-3, 1.0))
+    x[:, 14] = np.log2(np.maximum(table.window, 1.0))
+    # cuDNN's NHWC kernels beat PyTorch's NCHW ones in 16-bit and lose to them in fp32/tf32 (measured on
+    # depthwise convolutions), so the memory format enters per data precision.
+    lowp_data = np.isin(table.math_mode, ["bf16", "fp16", "fp8"])
+    x[:, 15] = table.channels_last & lowp_data
+    x[:, 16] = table.channels_last & ~lowp_data
     return x
 
 
@@ -144,14 +170,15 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     peaks = {m: gpu.peak_flops_per_s(m) for m in set(mode.tolist())}
     peak_ref = map_values(mode, peaks, 0.0)
     peak = peak_ref * (np.asarray(clock_mhz, dtype=float) / gpu.peak_tflops_clock_mhz)
-    compute = table.flops / peak
+    work = executed_flops(table, gpu)
+    compute = work / peak
     memory = table.bytes / gpu.memory_bandwidth_bytes_per_s
     roof = np.maximum(compute, memory)
     # An op's efficiency relative to its roofline is a property of its shape, not of the clock it
     # runs at: features use the roofline at the catalogue's reference clock, so compute-bound ops
     # scale exactly 1/f.
-    roof_ref = np.maximum(table.flops / np.where(peak_ref > 0, peak_ref, np.inf), memory)
-    x = residual_features(table, gpu, mode, peak_ref, roof_ref)
+    roof_ref = np.maximum(work / np.where(peak_ref > 0, peak_ref, np.inf), memory)
+    x = residual_features(table, gpu, mode, peak_ref, roof_ref, work)
     cols = [RESIDUAL_FEATURES.index(f) for f in profile.residual_features]
     log_eff = np.zeros(len(table))
     coef_var = np.zeros(len(table))
@@ -179,7 +206,7 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     share = np.divide(corrected, device, out=np.zeros_like(device), where=device > 0)
     times = DeviceTimes(compute, memory, roof, latency, device,
                         log_sd=share * np.sqrt(coef_var + resid_var), coef_sd=share * np.sqrt(coef_var),
-                        peak_flops=peak, effective_mode=mode, bound=bound, features=x)
+                        peak_flops=peak, effective_mode=mode, work_flops=work, bound=bound, features=x)
     return times, notes
 
 

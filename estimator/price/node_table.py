@@ -27,11 +27,15 @@ class NodeTable:
     phase: np.ndarray         # str
     module: np.ndarray        # str
     math_mode: np.ndarray     # str
-    flops: np.ndarray         # FLOP
+    flops: np.ndarray         # FLOP (torch's count)
+    flops_skipped: np.ndarray # FLOP counted in `flops` that a causal kernel skips
     bytes: np.ndarray         # bytes read + written
     kernels: np.ndarray       # CUDA kernels launched
     gemm: np.ndarray          # (n, 4): M, N, K, batch
     rowwise: np.ndarray       # (n, 2): independent rows, elements per row (row-wise ops; else 0)
+    permuted: np.ndarray      # bool: reads an input in another memory order than it writes (transposing copy)
+    window: np.ndarray        # sliding-window area of convolutions and pooling (kh * kw); 0 otherwise
+    channels_last: np.ndarray # bool: a convolution on NHWC-stored activations
     free: np.ndarray          # bool: metadata-only, no kernel, no host dispatch worth pricing
     host_only: np.ndarray     # bool: runs on the CPU only
     supported: np.ndarray     # bool
@@ -57,18 +61,36 @@ class NodeTable:
             module=np.asarray(col("module", ""), dtype=object),
             math_mode=np.asarray(col("math_mode", "fp32"), dtype=object),
             flops=np.asarray(col("flops"), dtype=float),
+            flops_skipped=np.asarray(col("flops_skipped", 0.0), dtype=float),
             bytes=np.asarray(col("bytes_read"), dtype=float) + np.asarray(col("bytes_written"), dtype=float),
             kernels=np.asarray(col("kernels", 1), dtype=float),
             gemm=np.asarray([[r.get("gemm_m", 0), r.get("gemm_n", 0), r.get("gemm_k", 0), r.get("gemm_batch", 1)]
                              for r in rows], dtype=float).reshape(len(rows), 4),
             rowwise=np.asarray([[r.get("row_count", 0), r.get("row_len", 0)] for r in rows],
                                dtype=float).reshape(len(rows), 2),
+            permuted=np.asarray([bool(r.get("permuted")) for r in rows], dtype=bool),
+            window=np.asarray(col("window", 0), dtype=float),
+            channels_last=np.asarray([bool(r.get("channels_last")) for r in rows], dtype=bool),
             free=np.asarray(col("free", False), dtype=bool),
             host_only=np.asarray(col("host_only", False), dtype=bool),
             supported=np.asarray(col("supported", True), dtype=bool),
-            tensor_core=np.asarray([r.get("category") in TENSOR_CORE_CATEGORIES for r in rows], dtype=bool),
+            tensor_core=np.asarray([runs_on_tensor_cores(r) for r in rows], dtype=bool),
             module_calls=np.asarray(col("module_calls", 0), dtype=float),
         )
+
+
+# cuDNN runs a grouped convolution with fewer output channels per group than a tensor-core MMA is wide
+# (depthwise convolutions: one) on CUDA cores, in fp32 arithmetic, whatever the math mode allows.
+MIN_TENSOR_CORE_GROUP_WIDTH = 8
+
+
+def runs_on_tensor_cores(node: Mapping[str, Any]) -> bool:
+    """Whether a node's FLOPs run on tensor cores (its peak then depends on the math mode)."""
+    category = node.get("category")
+    if category not in TENSOR_CORE_CATEGORIES:
+        return False
+    width, groups = node.get("gemm_n", 0) or 0, node.get("gemm_batch", 1) or 1
+    return not (category == "conv" and groups > 1 and 0 < width < MIN_TENSOR_CORE_GROUP_WIDTH)
 
 
 def map_values(keys: np.ndarray, values: Mapping[str, float], default: float) -> np.ndarray:

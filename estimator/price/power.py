@@ -50,7 +50,7 @@ def node_power(table: NodeTable, times: DeviceTimes, gpu: GPUSpec, clock_mhz: np
                fit: PowerFit) -> NodePower:
     """Power (W) of each node at its clock, from its achieved fraction of the compute and memory roofs."""
     t = np.maximum(times.device_s, 1e-12)
-    util_compute = np.clip(table.flops / (times.peak_flops * t), 0.0, 1.0)
+    util_compute = np.clip(times.work_flops / (times.peak_flops * t), 0.0, 1.0)
     util_mem = np.clip(table.bytes / (gpu.memory_bandwidth_bytes_per_s * t), 0.0, 1.0)
     tc = table.tensor_core
     v = voltage_ratio(gpu, clock_mhz, fit.v_min_ratio)
