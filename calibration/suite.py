@@ -236,20 +236,56 @@ _CONV_LAYERS = [
 ]
 
 
+# Depthwise layers of ConvNeXt, MobileNet and EfficientNet stages (channels, hw, kernel, stride) at
+# training batches: cuDNN runs them on CUDA cores with their own kernels, so they need their own fit.
+_DEPTHWISE_LAYERS = [(96, 56, 7, 1), (192, 28, 7, 1), (384, 14, 7, 1), (768, 7, 7, 1), (96, 112, 3, 2),
+                     (240, 28, 5, 1), (672, 14, 5, 1), (1152, 7, 5, 1)]
+
+
+def _conv_grid() -> list[tuple[tuple[int, int, int, int, int, int], tuple[int, ...], bool, bool]]:
+    """(layer, batches, with backward at every batch, channels-last activations) for every convolution
+    benchmark."""
+    grid = []
+    for ci, layer in enumerate(_CONV_LAYERS):
+        groups, cin = layer[5], layer[0]
+        # Dense layers also at batch 128: at large batch cuDNN picks other (faster) algorithms,
+        # and a grid whose only big convolutions are awkward ones teaches the fit "big is slow".
+        batches = (1, 32, 128) if ci % 3 == 0 or (groups == 1 and cin >= 64) else (1, 32)
+        grid.append((layer, batches, ci % 2 == 0, False))
+    # Depthwise layers in both memory formats: on NCHW data PyTorch runs its own depthwise kernels, on
+    # channels-last data (ConvNeXt permutes its activations to NHWC) cuDNN's NHWC kernels, several
+    # times faster.
+    grid += [((c, c, hw, k, stride, c), (32, 128), True, last) for last in (False, True)
+             for c, hw, k, stride in _DEPTHWISE_LAYERS]
+    return grid
+
+
+def _channels_last(build: Callable[[torch.device, int], Built], args: tuple[int, ...]) -> Callable[..., Built]:
+    """`build` with the 4-d inputs at positions `args` stored channels-last (NHWC), as a model that
+    permutes its activations hands them to the convolution."""
+    def wrapped(device: torch.device, seed: int) -> Built:
+        built = build(device, seed)
+        def make_set(i: int) -> tuple:
+            return tuple(t.contiguous(memory_format=torch.channels_last) if j in args else t
+                         for j, t in enumerate(built.make_set(i)))
+        return Built(built.fn, make_set)
+    return wrapped
+
+
 def _conv(out: list[Benchmark]) -> None:
     for mode in ("tf32", "bf16"):
         dt = DTYPES[mode]
-        for ci, (cin, cout, hw, kk, stride, groups) in enumerate(_CONV_LAYERS):
-            # Dense layers also at batch 128: at large batch cuDNN picks other (faster) algorithms,
-            # and a grid whose only big convolutions are awkward ones teaches the fit "big is slow".
-            for batch in (1, 32, 128) if ci % 3 == 0 or (groups == 1 and cin >= 64) else (1, 32):
+        for (cin, cout, hw, kk, stride, groups), batches, all_bwd, last in _conv_grid():
+            for batch in batches:
                 pad = kk // 2
                 ho = (hw + 2 * pad - kk) // stride + 1
                 fl = 2.0 * batch * cout * ho * ho * (cin // groups) * kk * kk
                 nb = (batch * cin * hw * hw + cout * (cin // groups) * kk * kk + batch * cout * ho * ho) * dt.itemsize
-                tag = f"c{cin}_{cout}_hw{hw}_k{kk}_s{stride}_g{groups}_n{batch}"
+                tag = f"c{cin}_{cout}_hw{hw}_k{kk}_s{stride}_g{groups}_n{batch}" + ("_nhwc" if last else "")
                 params = {"dtype": mode, "batch": batch, "cin": cin, "cout": cout, "hw": hw, "kernel": kk,
                           "stride": stride, "groups": groups, "padding": pad}
+                if last:
+                    params["memory_format"] = "channels_last"
 
                 def shapes(device: torch.device, batch=batch, cin=cin, cout=cout, hw=hw, kk=kk, groups=groups):
                     g = groups if not _tiny(device) else (min(groups, 4) if groups > 1 else 1)
@@ -263,9 +299,10 @@ def _conv(out: list[Benchmark]) -> None:
                     xs, ws, g = shapes(device)
                     return _simple(lambda x, w: F.conv2d(x, w, None, stride, pad, 1, g), [xs, ws], [dt, dt])(
                         device, seed)
-                out.append(Benchmark(f"conv2d_fwd_{mode}_{tag}", "conv", {"op": "conv2d", **params}, build_fwd,
+                out.append(Benchmark(f"conv2d_fwd_{mode}_{tag}", "conv", {"op": "conv2d", **params},
+                                     _channels_last(build_fwd, (0,)) if last else build_fwd,
                                      est_ms=_est(fl, nb, mode)))
-                if ci % 2 == 0 or batch >= 32:
+                if all_bwd or batch >= 32:
                     def build_bwd(device: torch.device, seed: int, shapes=shapes, stride=stride, pad=pad,
                                   dt=dt) -> Built:
                         xs, ws, g = shapes(device)
@@ -278,7 +315,8 @@ def _conv(out: list[Benchmark]) -> None:
                                 [True, True, False])
                         return _simple(fn, [ys, xs, ws], [dt, dt, dt])(device, seed)
                     out.append(Benchmark(f"conv2d_bwd_{mode}_{tag}", "conv", {"op": "conv2d_backward", **params},
-                                         build_bwd, est_ms=_est(2 * fl, 2 * nb, mode)))
+                                         _channels_last(build_bwd, (0, 1)) if last else build_bwd,
+                                         est_ms=_est(2 * fl, 2 * nb, mode)))
 
 
 # ---------------------------------------------------------------- attention

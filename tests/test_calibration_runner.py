@@ -253,3 +253,28 @@ def test_compact_nodes_sums_large_node_lists() -> None:
     big, merged = compact_nodes([dict(node) for _ in range(1000)], limit=256)
     assert merged and len(big) == 1
     assert big[0]["count"] == 1000 and big[0]["flops"] == 2000.0 and big[0]["kernels"] == 1000
+
+
+def test_kernel_profile_needs_a_gpu(monkeypatch, tmp_path, capsys):
+    import torch
+
+    from calibration import kernel_profile
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "k.jsonl"
+    assert kernel_profile.main(["resnet18", "--batch", "2", "--out", str(out)]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_committed_kernel_profiles_are_complete():
+    """Every committed kernel profile lists its kernels, which add up to its stated per-step sum."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "data" / "kernels" / "H100-SXM-training.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {r["model"] for r in records} >= {"convnext_tiny", "hf:gpt2", "lstm", "resnet50"}
+    for r in records:
+        assert r["schema"] == "gpuest.kernel-profile/1" and r["command"].startswith("python3 -m calibration.kernel_profile")
+        assert sum(k["us_per_iter"] for k in r["kernels"]) / 1e3 == pytest.approx(r["kernel_sum_ms"], rel=1e-3)

@@ -1,0 +1,85 @@
+"""Which CUDA kernels one step of a model runs, and for how long (torch.profiler), as JSON.
+
+Whole-network validation says how far a prediction is off; this says where. Each record lists every
+kernel name with its device time and launches per iteration, so a category the estimator misprices
+(e.g. depthwise convolutions on NHWC data, fp32 GELU under autocast) shows up as named kernels.
+
+    python3 -m calibration.kernel_profile resnet50 --batch 128 --precision bf16-mixed --out k.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+WARMUP_ITERS = 3
+PROFILE_ITERS = 2
+
+
+def profile_step(model: str, *, batch: int, precision: str, mode: str = "training", seq: int | None = None,
+                 image_size: int | None = None) -> dict[str, Any]:
+    """One record: the kernels of `PROFILE_ITERS` steps on the current CUDA device, per iteration (us)."""
+    from estimator.capture.models import load_model
+
+    from .validate import make_step
+    from .validation_set import ValidationConfig
+
+    device = torch.device("cuda")
+    loaded = load_model(model, batch=batch, seq=seq, image_size=image_size, device=device)
+    cfg = ValidationConfig(model, loaded.family, batch, mode, precision,
+                           seq=seq, image_size=image_size)
+    step, _ = make_step(loaded, cfg, device)
+    for _ in range(WARMUP_ITERS):
+        step()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(PROFILE_ITERS):
+            step()
+        torch.cuda.synchronize()
+    per_kernel: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            per_kernel[event.name][0] += event.device_time / PROFILE_ITERS
+            per_kernel[event.name][1] += 1 / PROFILE_ITERS
+    kernels = [{"name": name, "us_per_iter": round(us, 3), "calls_per_iter": calls}
+               for name, (us, calls) in sorted(per_kernel.items(), key=lambda kv: -kv[1][0])]
+    return {"schema": "gpuest.kernel-profile/1", "model": model, "batch": batch, "mode": mode,
+            "precision": precision, "seq": seq, "image_size": image_size, "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "kernel_sum_ms": round(sum(k["us_per_iter"] for k in kernels) / 1e3, 4), "kernels": kernels}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m calibration.kernel_profile", description=__doc__.splitlines()[0])
+    p.add_argument("model")
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--precision", default="fp32")
+    p.add_argument("--mode", default="training", choices=["training", "inference"])
+    p.add_argument("--seq", type=int)
+    p.add_argument("--image-size", type=int)
+    p.add_argument("--out", type=Path, required=True, help="JSON lines file; the record is appended")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("kernel_profile needs a CUDA GPU", file=sys.stderr)
+        return 2
+    record = profile_step(args.model, batch=args.batch, precision=args.precision, mode=args.mode, seq=args.seq,
+                          image_size=args.image_size)
+    record["command"] = " ".join(["python3 -m calibration.kernel_profile", *(argv or sys.argv[1:])])
+    with args.out.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+    print(f"{args.model} b{args.batch} {args.precision} {args.mode}: {len(record['kernels'])} kernels, "
+          f"{record['kernel_sum_ms']:.2f} ms/iter")
+    for k in record["kernels"][:8]:
+        print(f"  {k['us_per_iter']:10.1f} us {k['calls_per_iter']:6.1f}x  {k['name'][:110]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
