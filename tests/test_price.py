@@ -316,18 +316,22 @@ def test_depthwise_convolution_runs_on_cuda_cores():
 
 
 def test_causal_skipping_saves_time_only_with_waves_to_spare():
-    """A causal kernel cannot finish before its longest query tile: with fewer tiles than SMs it takes
-    the full time; with many waves it saves the skipped share."""
+    """A causal kernel cannot finish before its longest query tile: when one wave holds every query tile
+    it takes the full time; with many waves it saves the skipped key tiles, but not the fixed part each
+    query tile pays."""
+    from estimator.price.device_time import ATTENTION_CTAS_PER_SM, ATTENTION_TILE_OVERHEAD
     base = {"op": "aten._scaled_dot_product_flash_attention.default", "category": "attention",
             "math_mode": "bf16", "flops": 1e12, "flops_skipped": 0.45e12, "bytes_read": 1e6, "bytes_written": 1e6,
             "gemm_n": 2048, "gemm_k": 64}
     gpu = get_gpu("H100")
-    few, many = 4, 64 * gpu.sm_count  # query tiles of 128 rows: batch*heads * ceil(seq/128)
+    few, many = 4, 64 * ATTENTION_CTAS_PER_SM * gpu.sm_count  # query tiles: batch*heads * ceil(seq/128)
     table, times = _times_of([{**base, "gemm_m": 128, "gemm_batch": few},
                               {**base, "gemm_m": 128, "gemm_batch": many},
                               {**base, "flops_skipped": 0.0, "gemm_m": 128, "gemm_batch": many}])
     assert times.work_flops[0] == pytest.approx(1e12)
-    assert times.work_flops[1] == pytest.approx(0.55e12)
+    key_tiles, c = 2048 / 128, ATTENTION_TILE_OVERHEAD
+    assert times.work_flops[1] == pytest.approx(1e12 * (c + 0.55 * key_tiles) / (c + key_tiles))
+    assert times.work_flops[1] < 0.7e12
     assert times.work_flops[2] == pytest.approx(1e12)
     assert table.flops[1] == 1e12  # the reported FLOPs stay torch's count
 
@@ -344,3 +348,20 @@ def test_layout_and_window_features():
     assert list(f["nhwc_lowp"]) == [0.0, 0.0, 1.0, 0.0]
     assert list(f["nhwc_fp32"]) == [0.0, 0.0, 0.0, 1.0]
     assert list(f["log_work_kept"]) == [0.0] * 4
+
+
+def test_head_dim_and_row_overhead_features():
+    gpu = get_gpu("H100")
+    attn = {"op": "aten._scaled_dot_product_flash_attention.default", "category": "attention", "math_mode": "bf16",
+            "flops": 1e9, "bytes_read": 1e6, "bytes_written": 1e6, "gemm_m": 1024, "gemm_n": 1024}
+    norm = {"op": "aten.native_layer_norm.default", "category": "norm", "math_mode": "fp32", "flops": 1e6,
+            "bytes_read": 4e6, "bytes_written": 4e6}
+    f = _features_of([{**attn, "gemm_k": 64}, {**attn, "gemm_k": 128},
+                      {**norm, "row_count": 16384, "row_len": 64}, {**norm, "row_count": 64, "row_len": 16384},
+                      {**norm, "category": "reduction", "op": "aten.sum.dim_IntList", "row_count": 16384,
+                       "row_len": 64}])
+    assert list(f["log_head_dim"][:2]) == [-1.0, 0.0] and not f["log_head_dim"][2:].any()
+    many, few = f["log_row_overhead"][2], f["log_row_overhead"][3]
+    assert many > few > 0.0          # same bytes, 256x the rows: more fixed per-row work per byte
+    assert f["log_row_overhead"][4] == 0.0 and not f["log_row_overhead"][:2].any()
+    assert few == pytest.approx(math.log1p(1e-7 / (8e6 / gpu.memory_bandwidth_bytes_per_s)))

@@ -22,6 +22,12 @@ from .node_table import NodeTable, map_values
 MATH_MODE_FALLBACK = {"fp8": "fp16", "int8": "fp16", "bf16": "fp32", "fp16": "fp32", "tf32": "fp32",
                       "int": "fp32", "fp64": "fp32"}
 GEMM_TILE = 128                       # output tile edge of the tensor-core GEMM kernels that dominate
+# Causal attention (see executed_flops): the fixed work of one query tile in key tiles, and the query
+# tiles resident per SM. Chosen against the suite's causal / non-causal SDPA pairs, whose time ratios are
+# 0.57 at 64 key tiles, 0.64 at 16 and ~1.0 at 2 (and ~0.9 for 256 query tiles, which one wave holds).
+ATTENTION_TILE_OVERHEAD = 3.0
+ATTENTION_CTAS_PER_SM = 2
+HEAD_DIM_REF = 128                    # log_head_dim = log2(attention head dim / this)
 ALIGN_ELEMENTS = {"fp32": 4, "tf32": 4, "bf16": 8, "fp16": 8, "fp8": 16, "int8": 16}
 # Scale of the fixed cost every kernel pays beyond latency (prologue, tail, partial last wave): the
 # log_overhead feature is log(1 + OVERHEAD_SCALE_S / roofline), ~0 for long kernels.
@@ -31,8 +37,11 @@ OVERHEAD_SCALE_S = 1e-6
 NARROW_DIM = 64
 # Row-wise ops (norms, softmax, reductions): log_row_len = log2(elements per row / ROW_LEN_REF) says how
 # much fixed per-row work (a block's setup, a cross-warp reduction) each byte carries; log_row_fill =
-# log2(rows / SMs), capped at 0, says how much of the GPU too few rows leave idle.
+# log2(rows / SMs), capped at 0, says how much of the GPU too few rows leave idle; for norms,
+# log_row_overhead = log(1 + ceil(rows / SMs) * ROW_OVERHEAD_S / roofline) is the fixed cost of each row's
+# block against the time the bytes take (a 16384 x 64 layer norm runs at a tenth of the bandwidth).
 ROW_LEN_REF = 1024
+ROW_OVERHEAD_S = 1e-7
 # The fitted correction never makes an op faster than its roofline at catalogue peaks (a physical
 # bound for DRAM-resident data), nor more than 500x slower (a one-row layer norm of a few KB takes ~100x its
 # roofline; fits stay inside their data's feature range in any case).
@@ -78,17 +87,24 @@ def effective_math_modes(table: NodeTable, gpu: GPUSpec) -> tuple[np.ndarray, li
 
 
 def executed_flops(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
-    """FLOPs each node's time is priced on (FLOP). A causal attention kernel skips the tiles above the
-    diagonal, but it cannot finish before its longest query tile, which sees every key: with fewer query
-    tiles than SMs the skipping saves nothing, with many waves it saves the skipped share."""
+    """FLOPs each node's time is priced on (FLOP). A causal attention kernel skips the key tiles above the
+    diagonal, but every query tile still pays a fixed part (loading Q, the softmax epilogue, writing O:
+    ATTENTION_TILE_OVERHEAD key tiles' worth), and the kernel cannot finish before its longest query tile,
+    which sees every key: when one wave holds all query tiles the skipping saves nothing."""
     skipped = table.flops_skipped > 0
     if not skipped.any():
         return table.flops
-    m, _, _, batch = table.gemm.T
-    tiles = np.maximum(batch, 1) * np.ceil(np.maximum(m, 1) / GEMM_TILE)
+    m, n, _, heads = table.gemm.T
+    q_tiles = np.ceil(np.maximum(m, 1) / GEMM_TILE)
+    k_tiles = np.ceil(np.maximum(n, 1) / GEMM_TILE)
     kept = 1.0 - table.flops_skipped / np.maximum(table.flops, 1.0)
-    kept = np.maximum(kept, np.minimum(gpu.sm_count / tiles, 1.0))
-    return np.where(skipped, table.flops * kept, table.flops)
+    c = ATTENTION_TILE_OVERHEAD
+    longest = c + k_tiles
+    tiles = np.maximum(heads, 1) * q_tiles
+    slots = ATTENTION_CTAS_PER_SM * gpu.sm_count
+    causal = np.maximum(tiles * (c + kept * k_tiles) / slots, longest)
+    full = np.maximum(tiles * (c + k_tiles) / slots, longest)
+    return np.where(skipped, table.flops * causal / full, table.flops)
 
 
 def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np.ndarray,
@@ -135,6 +151,12 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     lowp_data = np.isin(table.math_mode, ["bf16", "fp16", "fp8"])
     x[:, 15] = table.channels_last & lowp_data
     x[:, 16] = table.channels_last & ~lowp_data
+    # A flash-attention tile's work per byte loaded grows with the head dimension (its GEMMs' K).
+    attention = table.category == "attention"
+    x[:, 17] = np.where(attention, np.clip(np.log2(np.maximum(k, 1.0) / HEAD_DIM_REF), -3.0, 1.0), 0.0)
+    row_time = np.ceil(np.maximum(rows, 1.0) / gpu.sm_count) * ROW_OVERHEAD_S
+    x[:, 18] = np.where(rowwise & (table.category == "norm"),
+                        np.clip(np.log1p(row_time / np.maximum(roofline_s, 1e-12)), 0.0, 10.0), 0.0)
     return x
 
 
