@@ -38,7 +38,7 @@ ROW_SCHEMA = "gpuest.calib-row/1"
 META_SCHEMA = "gpuest.calib-meta/1"
 NODE_KEYS = ("op", "cpu_op", "category", "phase", "math_mode", "dtype", "flops", "bytes_read", "bytes_written",
              "gemm_m", "gemm_n", "gemm_k", "gemm_batch", "row_count", "row_len", "flops_skipped", "permuted", "window",
-             "channels_last", "kernels", "host_only", "supported", "input_shapes", "output_shapes")
+             "channels_last", "mixed_dtypes", "broadcast", "kernels", "host_only", "supported", "input_shapes", "output_shapes")
 POWER_KEYS = ("energy_j", "avg_power_w", "duration_s", "source", "sm_clock_mhz", "sm_clock_min_mhz", "mem_clock_mhz",
               "temperature_c", "throttle_reasons", "throttled", "reliable", "power_limit_w", "power_samples",
               "power_iters")
@@ -111,7 +111,7 @@ def compact_nodes(nodes: list[dict[str, Any]], limit: int = MAX_ROW_NODES) -> tu
         for k in _SUMMED:
             g[k] = (g.get(k) or 0) + (n.get(k) or 0)
         for k in ("gemm_m", "gemm_n", "gemm_k", "gemm_batch", "row_count", "row_len", "permuted", "window",
-                  "channels_last", "input_shapes", "output_shapes"):
+                  "channels_last", "mixed_dtypes", "broadcast", "input_shapes", "output_shapes"):
             if g.get(k) != n.get(k):
                 g[k] = "mixed" if k.endswith("shapes") else 0
     return list(groups.values()), True

@@ -348,6 +348,9 @@ def test_layout_and_window_features():
     assert list(f["nhwc_lowp"]) == [0.0, 0.0, 1.0, 0.0]
     assert list(f["nhwc_fp32"]) == [0.0, 0.0, 0.0, 1.0]
     assert list(f["log_work_kept"]) == [0.0] * 4
+    g = _features_of([{**base, "op": "aten.add_.Tensor", "category": "elementwise", "broadcast": True,
+                       "mixed_dtypes": True}, {**conv, "mixed_dtypes": True}])
+    assert list(g["broadcast"]) == [1.0, 0.0] and list(g["mixed_dtypes"]) == [1.0, 0.0]  # tensor-core ops: no
 
 
 def test_head_dim_and_row_overhead_features():

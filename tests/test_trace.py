@@ -796,3 +796,28 @@ def test_mixed_precision_follows_cuda_autocast():
     assert dtype["aten.pow.Tensor_Scalar"] == "float32"
     assert dtype["aten._softmax.default"] == "float32"
     assert dtype["aten.native_layer_norm.default"] == "float32"
+
+
+def test_conv_bias_is_a_separate_add_as_on_cuda():
+    """cuDNN convolves without the bias and PyTorch adds it after (a broadcast add); its gradient is a
+    separate reduction. PyTorch's own depthwise kernel keeps it inside."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, 8, 3, groups=8))
+    graph = trace(model, (torch.empty(2, 3, 16, 16),), mode="training")
+    ops = [(d["op"], d["phase"]) for _, d in graph.nodes(data=True) if not d["free"]]
+    assert ops.index(("aten.add_.Tensor", "forward")) == ops.index(("aten.convolution.default", "forward")) + 1
+    add, = nodes(graph, op="aten.add_.Tensor")
+    assert add["broadcast"] and add["category"] == "elementwise"
+    assert ("aten.sum.dim_IntList", "backward") in ops            # grad of the first conv's bias
+    assert len(nodes(graph, op="aten.add_.Tensor")) == 1          # the depthwise conv's bias stays fused
+    # the FLOPs of the convolutions themselves are unchanged
+    assert flops(graph, phase="forward") == pytest.approx(flops(trace(model, (torch.empty(2, 3, 16, 16),)), phase="forward"))
+
+
+def test_mixed_dtype_and_broadcast_flags():
+    class Fn(torch.nn.Module):
+        def forward(self, x, y, b):
+            return (x + y) * b
+    graph = trace(Fn(), (torch.empty(8, 16, dtype=torch.bfloat16), torch.empty(8, 16), torch.empty(16)))
+    add, mul = [d for _, d in graph.nodes(data=True) if not d["free"]]
+    assert (add["mixed_dtypes"], add["broadcast"]) == (True, False)
+    assert (mul["mixed_dtypes"], mul["broadcast"]) == (False, True)

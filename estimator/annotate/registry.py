@@ -44,6 +44,11 @@ class Cost:
         im2col) and re-reads each input element window/stride^2 times.
     channels_last: a convolution's activation is stored channels-innermost (NHWC), which selects other
         (cuDNN NHWC) kernels than NCHW data does.
+    mixed_dtypes: the op reads floating tensors of more than one dtype (bf16 activations with fp32
+        weights or a fp32 residual under autocast): elementwise ops then cast per element on their
+        non-vectorised path, and batch norm leaves cuDNN for PyTorch's own kernels.
+    broadcast: a streaming op reads a smaller tensor expanded to its output's shape (a per-channel bias
+        added to an NCHW activation), which takes TensorIterator's strided, non-vectorised path.
     """
 
     flops: float
@@ -61,6 +66,8 @@ class Cost:
     permuted: bool = False
     window: int = 0
     channels_last: bool = False
+    mixed_dtypes: bool = False
+    broadcast: bool = False
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:
@@ -231,9 +238,21 @@ def generic_cost(call: "OpCall", *, category: str, flops: float = 0.0, supported
                  kernels: int = 1) -> Cost:
     """Traffic of every input read once and every output (or in-place target) written once."""
     inputs, outputs = call.inputs, call.outputs
-    permuted = category in LAYOUT_SENSITIVE_CATEGORIES and is_permuted(inputs, outputs)
+    streaming = category in LAYOUT_SENSITIVE_CATEGORIES
     return Cost(float(flops), unique_bytes(inputs), unique_bytes(outputs), category,
-                supported=supported, kernels=kernels, permuted=permuted)
+                supported=supported, kernels=kernels, permuted=streaming and is_permuted(inputs, outputs),
+                mixed_dtypes=has_mixed_dtypes(inputs), broadcast=streaming and is_broadcast(inputs, outputs))
+
+
+def is_broadcast(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> bool:
+    """Whether an input of more than one element is smaller than the output it is expanded to."""
+    size = max((t.numel() for t in outputs), default=0)
+    return any(1 < t.numel() < size for t in inputs)
+
+
+def has_mixed_dtypes(inputs: list[torch.Tensor]) -> bool:
+    """Whether tensors (not single-element scalars) of more than one floating dtype are read."""
+    return len({t.dtype for t in inputs if t.is_floating_point() and t.numel() > 1}) > 1
 
 
 def pointwise_cost(call: "OpCall", flops_per_element: float = 1.0) -> Cost:

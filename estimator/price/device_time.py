@@ -133,7 +133,10 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     x[:, 3] = np.clip(np.log10(np.maximum(roofline_s, 1e-12) / 1e-6), -3.0, 6.0)
     x[:, 4] = np.log(np.clip(wave_eff, 1e-3, 1.0))
     x[:, 5] = misaligned.astype(float)
-    x[:, 6] = np.isin(mode, ["bf16", "fp16", "fp8", "int8"]) & table.tensor_core
+    lowp_data = np.isin(table.math_mode, ["bf16", "fp16", "fp8"])
+    simt_conv = (table.category == "conv") & ~table.tensor_core
+    # 16-bit tensor-core math, or 16-bit data through a CUDA-core convolution (depthwise)
+    x[:, 6] = (np.isin(mode, ["bf16", "fp16", "fp8", "int8"]) & table.tensor_core) | (simt_conv & lowp_data)
     x[:, 7] = (mode == "tf32") & table.tensor_core
     x[:, 8] = np.clip(np.log1p(OVERHEAD_SCALE_S / np.maximum(roofline_s, 1e-12)), 0.0, 10.0)
     inner = np.maximum(np.minimum(nn, k), 1.0)
@@ -148,7 +151,6 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     x[:, 14] = np.log2(np.maximum(table.window, 1.0))
     # cuDNN's NHWC kernels beat PyTorch's NCHW ones in 16-bit and lose to them in fp32/tf32 (measured on
     # depthwise convolutions), so the memory format enters per data precision.
-    lowp_data = np.isin(table.math_mode, ["bf16", "fp16", "fp8"])
     x[:, 15] = table.channels_last & lowp_data
     x[:, 16] = table.channels_last & ~lowp_data
     # A flash-attention tile's work per byte loaded grows with the head dimension (its GEMMs' K).
@@ -157,6 +159,8 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     row_time = np.ceil(np.maximum(rows, 1.0) / gpu.sm_count) * ROW_OVERHEAD_S
     x[:, 18] = np.where(rowwise & (table.category == "norm"),
                         np.clip(np.log1p(row_time / np.maximum(roofline_s, 1e-12)), 0.0, 10.0), 0.0)
+    x[:, 19] = table.mixed_dtypes & ~table.tensor_core
+    x[:, 20] = table.broadcast & ~table.tensor_core
     return x
 
 

@@ -36,6 +36,8 @@ class NodeTable:
     permuted: np.ndarray      # bool: reads an input in another memory order than it writes (transposing copy)
     window: np.ndarray        # sliding-window area of convolutions and pooling (kh * kw); 0 otherwise
     channels_last: np.ndarray # bool: a convolution on NHWC-stored activations
+    mixed_dtypes: np.ndarray  # bool: reads floating tensors of more than one dtype
+    broadcast: np.ndarray     # bool: a streaming op reading a smaller tensor expanded to the output
     free: np.ndarray          # bool: metadata-only, no kernel, no host dispatch worth pricing
     host_only: np.ndarray     # bool: runs on the CPU only
     supported: np.ndarray     # bool
@@ -71,6 +73,8 @@ class NodeTable:
             permuted=np.asarray([bool(r.get("permuted")) for r in rows], dtype=bool),
             window=np.asarray(col("window", 0), dtype=float),
             channels_last=np.asarray([bool(r.get("channels_last")) for r in rows], dtype=bool),
+            mixed_dtypes=np.asarray([bool(r.get("mixed_dtypes")) for r in rows], dtype=bool),
+            broadcast=np.asarray([bool(r.get("broadcast")) for r in rows], dtype=bool),
             free=np.asarray(col("free", False), dtype=bool),
             host_only=np.asarray(col("host_only", False), dtype=bool),
             supported=np.asarray(col("supported", True), dtype=bool),
