@@ -12,6 +12,7 @@ seconds; names and `params` keep the GPU sizes.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -455,6 +456,32 @@ def _elementwise(out: list[Benchmark]) -> None:
                 out.append(Benchmark(f"ew_{opname}_{mode}_n{n}", "elementwise",
                                      {"op": opname, "dtype": mode, "numel": n}, build,
                                      est_ms=_est(2.0 * n, (arity + 1) * n * dt.itemsize, mode)))
+    # Broadcast: a per-channel bias added in place to an NCHW activation (how PyTorch adds a cuDNN
+    # convolution's bias) and a per-feature vector added along the last dim.
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for shape, bshape in [((64, 64, 112, 112), (1, 64, 1, 1)), ((64, 512, 28, 28), (1, 512, 1, 1)),
+                              ((256, 256, 14, 14), (1, 256, 1, 1)), ((8192, 4096), (4096,))]:
+            n = math.prod(shape)
+
+            def build(device: torch.device, seed: int, shape=shape, bshape=bshape, dt=dt) -> Built:
+                tiny = _tiny(device)
+                xs = tuple(_d(v, device, 2) for v in shape) if tiny else shape
+                bs = tuple(1 if v == 1 else xs[i + len(xs) - len(bshape)] for i, v in enumerate(bshape))
+                return _simple(torch.Tensor.add_, [xs, bs], [dt, dt])(device, seed)
+            tag = "x".join(map(str, shape))
+            out.append(Benchmark(f"ew_bias_add_{mode}_{tag}", "elementwise",
+                                 {"op": "add_", "dtype": mode, "shape": list(shape), "bias_shape": list(bshape)},
+                                 build, est_ms=_est(n, 2.0 * n * dt.itemsize, mode)))
+    # Mixed precision: a bf16 tensor meets an fp32 one (a residual stream under autocast); TensorIterator
+    # casts per element on its non-vectorised path.
+    for opname, fn in binary.items():
+        for n in _NUMELS[1::2]:
+            def build(device: torch.device, seed: int, n=n, fn=fn) -> Built:
+                return _simple(fn, [(_d(n, device, 1024),)] * 2, [torch.bfloat16, torch.float32])(device, seed)
+            out.append(Benchmark(f"ew_{opname}_bf16xfp32_n{n}", "elementwise",
+                                 {"op": opname, "dtype": "bf16+fp32", "numel": n}, build,
+                                 est_ms=_est(2.0 * n, 10.0 * n, "fp32")))
 
 
 def _reduction(out: list[Benchmark]) -> None:
@@ -495,18 +522,21 @@ def _reduction(out: list[Benchmark]) -> None:
 
 
 def _norm(out: list[Benchmark]) -> None:
-    # batch norm (training statistics), NCHW
-    for mode in ("fp32", "bf16"):
-        dt = DTYPES[mode]
-        for n, c, hw in [(32, 64, 112), (32, 256, 56), (128, 512, 28), (8, 2048, 7), (1, 64, 56), (64, 96, 35),
-                         (64, 32, 112), (16, 24, 112), (256, 128, 14)]:
+    # batch norm (training statistics), NCHW; "bf16mix" is what autocast runs: bf16 activations with the
+    # module's fp32 weight and running statistics (PyTorch's native kernels, not cuDNN's)
+    for mode in ("fp32", "bf16", "bf16mix"):
+        dt = DTYPES[mode.removesuffix("mix")]
+        pt = torch.float32 if mode.endswith("mix") else dt
+        shapes = [(32, 64, 112), (32, 256, 56), (128, 512, 28), (8, 2048, 7), (1, 64, 56), (64, 96, 35),
+                  (64, 32, 112), (16, 24, 112), (256, 128, 14)]
+        for n, c, hw in shapes:
             numel = n * c * hw * hw
 
-            def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, dt=dt) -> tuple:
+            def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, dt=dt, pt=pt) -> tuple:
                 cc = _d(c, device, 4)
                 return (_randn((_d(n, device, 2), cc, _d(hw, device, 6), _d(hw, device, 6)), dt, device, seed, i),
-                        torch.ones(cc, dtype=dt, device=device), torch.zeros(cc, dtype=dt, device=device),
-                        torch.zeros(cc, dtype=dt, device=device), torch.ones(cc, dtype=dt, device=device))
+                        torch.ones(cc, dtype=pt, device=device), torch.zeros(cc, dtype=pt, device=device),
+                        torch.zeros(cc, dtype=pt, device=device), torch.ones(cc, dtype=pt, device=device))
 
             def bn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, rm: torch.Tensor, rv: torch.Tensor) \
                     -> torch.Tensor:
