@@ -198,8 +198,10 @@ def _matmul(out: list[Benchmark]) -> None:
                                                                           "k": k}, build,
                                  est_ms=_est(fl, nb, mode), matmul_tf32=mode == "tf32"))
         # nn.Linear: addmm with bias, weight transposed (x @ W^T + b).
+        # ... and the token-heavy, narrow projections of ConvNeXt-style blocks and large-batch MLPs
         for tokens, fin, fout in [(1, 4096, 4096), (32, 768, 3072), (2048, 768, 3072), (8192, 4096, 4096),
-                                  (4096, 1024, 1000), (512, 2048, 2049)]:
+                                  (4096, 1024, 1000), (512, 2048, 2049), (401408, 96, 384), (401408, 384, 96),
+                                  (100352, 192, 768), (25088, 1536, 384), (6272, 768, 3072)]:
             fl = 2.0 * tokens * fin * fout
             nb = (tokens * fin + fin * fout + tokens * fout) * dt.itemsize
 
@@ -550,7 +552,7 @@ def _norm(out: list[Benchmark]) -> None:
         dt = DTYPES[mode]
         for tokens, dim in [(2048, 768), (8192, 4096), (1, 4096), (32768, 1024), (4 * 197, 384), (16384, 50),
                             (16384, 64), (4096, 128), (65536, 256), (512, 2048), (256, 8192), (4096, 100),
-                            (1024, 12288)]:
+                            (1024, 12288), (401408, 96), (100352, 192)]:
             numel = tokens * dim
 
             def leaves(device: torch.device, seed: int, i: int, tokens=tokens, dim=dim, dt=dt) -> tuple:
