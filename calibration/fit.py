@@ -34,6 +34,9 @@ from estimator.profile import (PROFILE_SCHEMA, RESIDUAL_FEATURES, PowerFit, Prof
 
 MIN_ROWS_PER_CATEGORY = 8
 MIN_ROWS_PER_OP = 10
+# An op in one math mode is fitted as a correction to its category in that mode (at most one coefficient
+# per CHILD_ROWS_PER_COEF rows), so it needs fewer rows of its own than an op fitted across modes.
+MIN_ROWS_PER_OP_IN_MODE = 6
 ROWS_PER_COEF = 2               # a fit gets at most one coefficient per this many benchmarks
 CHILD_ROWS_PER_COEF = 4         # ... and a fit pooled with its parent one correction per this many
 MAX_CONDITION = 1e3             # largest condition number of a fit's (column-scaled) design
@@ -267,14 +270,16 @@ def fit_residuals(samples: list[RowFeatures]) -> dict[str, ResidualFit]:
     # it is, so an op in one mode pools with its category in that mode (else with the op).
     parent_size = Counter(s.category for s in train) + Counter(s.op for s in train) + \
         Counter(mode_key(s.category, s.mode) for s in train)
-    for key_of, parents_of in ((lambda s: s.op, lambda s: (s.category,)),
-                               (lambda s: mode_key(s.category, s.mode), lambda s: (s.category,)),
-                               (lambda s: mode_key(s.op, s.mode),
-                                lambda s: (mode_key(s.category, s.mode), s.op, s.category))):
+    for key_of, parents_of, min_rows in ((lambda s: s.op, lambda s: (s.category,), MIN_ROWS_PER_OP),
+                                         (lambda s: mode_key(s.category, s.mode), lambda s: (s.category,),
+                                          MIN_ROWS_PER_OP),
+                                         (lambda s: mode_key(s.op, s.mode),
+                                          lambda s: (mode_key(s.category, s.mode), s.op, s.category),
+                                          MIN_ROWS_PER_OP_IN_MODE)):
         for key in sorted({key_of(s) for s in train}):
             rows = [s for s in train if key_of(s) == key]
             parents = parents_of(rows[0])
-            if (len(rows) >= MIN_ROWS_PER_OP and len({s.category for s in rows}) == 1 and key not in fits
+            if (len(rows) >= min_rows and len({s.category for s in rows}) == 1 and key not in fits
                     and all(len(rows) < parent_size[p] for p in parents)):
                 fits[key] = fit_category(rows, next((fits[p] for p in parents if p in fits), None))
     default_rows = [s for s in train if s.category in MEMORY_LIKE] or train

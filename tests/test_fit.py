@@ -161,3 +161,22 @@ def test_features_only_a_sliver_of_the_samples_vary_are_not_fitted():
     fit = fit_category(_samples(ys, _features(log_roof_us=size, log_row_len=sliver)))
     assert fit.coef[RESIDUAL_FEATURES.index("log_row_len")] == 0.0
     assert fit.coef[RESIDUAL_FEATURES.index("log_roof_us")] == pytest.approx(0.2, abs=0.05)
+
+
+def test_an_op_in_one_mode_gets_its_own_pooled_fit_from_few_rows():
+    """Six fp32 rows of one op get an op@fp32 fit (pooled with matmul@fp32), so a mode the op's
+    cross-mode fit barely saw is not priced by it; five do not."""
+    from calibration.fit import MIN_ROWS_PER_OP_IN_MODE, RowFeatures, fit_residuals
+    rng = np.random.default_rng(1)
+
+    def rows(op, mode, n, level):
+        size = np.linspace(-1, 3, n)
+        x = _features(log_roof_us=size)
+        return [RowFeatures("matmul", op, mode, float(level + 0.1 * s + rng.normal(0, 0.01)), xi, False, 1e-3, {})
+                for s, xi in zip(size, x)]
+    base = rows("aten.mm.default", "fp32", 12, 0.2) + rows("aten.addmm.default", "bf16", 20, 0.5)
+    fits = fit_residuals(base + rows("aten.addmm.default", "fp32", MIN_ROWS_PER_OP_IN_MODE, 0.9))
+    assert "aten.addmm.default@fp32" in fits
+    assert fits["aten.addmm.default@fp32"].coef[0] == pytest.approx(0.9, abs=0.05)
+    fewer = fit_residuals(base + rows("aten.addmm.default", "fp32", MIN_ROWS_PER_OP_IN_MODE - 1, 0.9))
+    assert "aten.addmm.default@fp32" not in fewer
