@@ -37,8 +37,9 @@ from .timing import host_dispatch_us, input_bytes, l2_cache_bytes, rotation_for,
 ROW_SCHEMA = "gpuest.calib-row/1"
 META_SCHEMA = "gpuest.calib-meta/1"
 NODE_KEYS = ("op", "cpu_op", "category", "phase", "math_mode", "dtype", "flops", "bytes_read", "bytes_written",
-             "gemm_m", "gemm_n", "gemm_k", "gemm_batch", "row_count", "row_len", "flops_skipped", "permuted", "window",
-             "channels_last", "mixed_dtypes", "broadcast", "kernels", "host_only", "supported", "input_shapes", "output_shapes")
+             "gemm_m", "gemm_n", "gemm_k", "gemm_batch", "row_count", "row_len", "flops_skipped", "permuted",
+             "window", "channels_last", "mixed_dtypes", "broadcast", "kernels", "host_only", "supported",
+             "input_shapes", "output_shapes")
 POWER_KEYS = ("energy_j", "avg_power_w", "duration_s", "source", "sm_clock_mhz", "sm_clock_min_mhz", "mem_clock_mhz",
               "temperature_c", "throttle_reasons", "throttled", "reliable", "power_limit_w", "power_samples",
               "power_iters")
@@ -93,6 +94,8 @@ def trace_nodes(spec: TraceSpec) -> list[dict[str, Any]]:
 MAX_ROW_NODES = 256
 _SUMMED = ("flops", "flops_skipped", "bytes_read", "bytes_written", "kernels", "count")
 _GROUP_KEYS = ("op", "cpu_op", "category", "phase", "math_mode", "dtype", "host_only", "supported")
+# The rest describe a node's shape: merged nodes keep them only where they all agree.
+_AGREED = tuple(k for k in NODE_KEYS if k not in _SUMMED + _GROUP_KEYS)
 
 
 def compact_nodes(nodes: list[dict[str, Any]], limit: int = MAX_ROW_NODES) -> tuple[list[dict[str, Any]], bool]:
@@ -110,8 +113,7 @@ def compact_nodes(nodes: list[dict[str, Any]], limit: int = MAX_ROW_NODES) -> tu
             continue
         for k in _SUMMED:
             g[k] = (g.get(k) or 0) + (n.get(k) or 0)
-        for k in ("gemm_m", "gemm_n", "gemm_k", "gemm_batch", "row_count", "row_len", "permuted", "window",
-                  "channels_last", "mixed_dtypes", "broadcast", "input_shapes", "output_shapes"):
+        for k in _AGREED:
             if g.get(k) != n.get(k):
                 g[k] = "mixed" if k.endswith("shapes") else 0
     return list(groups.values()), True

@@ -113,27 +113,26 @@ def _convolution_backward(call: OpCall) -> Cost:
     transposed, groups = bool(call.args[7]), int(call.args[9])
     mask = call.args[10]
     mnk, g = _conv_gemm(_shape(x), _shape(w), _shape(grad_out), groups, transposed)
+    window = math.prod(_shape(w)[2:])
     # Data gradient: M = N*spatial_in, N = Cin/g, K = Cout/g*kernel. Use it as the representative GEMM.
     m_in = (_shape(x)[0] * math.prod(_shape(x)[2:])) if len(_shape(x)) > 2 else mnk[0]
-    dgrad = (m_in, mnk[2] // max(math.prod(_shape(w)[2:]), 1), mnk[1] * math.prod(_shape(w)[2:]))
+    dgrad = (m_in, mnk[2] // max(window, 1), mnk[1] * window)
     kernels = max(1, sum(bool(v) for v in mask))
-    return replace(_with_gemm(call, "conv", _conv_backward_flops(call), dgrad if mask[0] else mnk, g, kernels),
-                   window=math.prod(_shape(w)[2:]), channels_last=_is_channels_last(x))
+    flops = torch_flops(call)
+    if groups > 1 and mask[1]:
+        flops -= _weight_grad_overcount(grad_out, x, w, groups, transposed)
+    return replace(_with_gemm(call, "conv", flops, dgrad if mask[0] else mnk, g, kernels),
+                   window=window, channels_last=_is_channels_last(x))
 
 
-def _conv_backward_flops(call: OpCall) -> float:
-    """torch's count, less its overcount of a grouped convolution's weight gradient: torch prices that
+def _weight_grad_overcount(grad_out: Any, x: Any, w: Any, groups: int, transposed: bool) -> float:
+    """What torch's count of a grouped convolution's weight gradient holds too much: torch prices that
     gradient as a convolution over all input channels, not the Cin/groups each group sees, so a depthwise
     convolution's weight gradient would count `groups` times the work it does."""
-    flops = torch_flops(call)
-    grad_out, x, w = call.args[0], call.args[1], call.args[2]
-    groups, mask = int(call.args[9]), call.args[10]
-    if groups <= 1 or not mask[1]:
-        return flops
     t = lambda shape: [shape[1], shape[0], *shape[2:]]  # noqa: E731 (channels <-> batch, as torch does)
-    first, second = (grad_out, x) if bool(call.args[7]) else (x, grad_out)
+    first, second = (grad_out, x) if transposed else (x, grad_out)
     weight_grad = conv_flop_count(t(_shape(first)), t(_shape(second)), t(_shape(w)), transposed=False)
-    return flops - weight_grad * (1.0 - 1.0 / groups)
+    return weight_grad * (1.0 - 1.0 / groups)
 
 
 # ---------------------------------------------------------------- attention

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils._pytree import tree_map
 
+from ..annotate.registry import tensors
+
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
@@ -49,10 +51,7 @@ def _up(x: Any) -> Any:
 
 
 def _has_low_precision_input(args: tuple, kwargs: dict) -> bool:
-    found = []
-    tree_map(lambda x: found.append(x) if isinstance(x, torch.Tensor) and x.dtype in LOW_PRECISION else None,
-             (args, kwargs))
-    return bool(found)
+    return any(t.dtype in LOW_PRECISION for t in tensors((args, kwargs)))
 
 
 def call_with_cuda_policy(func: Callable[..., Any], args: tuple, kwargs: dict, device_type: str) -> tuple[bool, Any]:

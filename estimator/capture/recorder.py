@@ -19,8 +19,8 @@ from ..annotate import formulas as _formulas  # noqa: F401  (registers the cost 
 from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
 from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, storage_key, tensor_bytes,
                                  tensors, unique_bytes)
-from .normalize import cuda_op_name
 from .cuda_autocast import call_with_cuda_policy
+from .normalize import cuda_op_name
 
 # Dispatcher namespaces that carry no device work (device queries, profiler markers).
 IGNORED_NAMESPACES = frozenset({"prim", "profiler"})
