@@ -256,8 +256,8 @@ def _conv_grid() -> list[tuple[tuple[int, int, int, int, int, int], tuple[int, .
         batches = (1, 32, 128) if ci % 3 == 0 or (groups == 1 and cin >= 64) else (1, 32)
         grid.append((layer, batches, ci % 2 == 0, False))
     # Depthwise layers in both memory formats: on NCHW data PyTorch runs its own depthwise kernels, on
-    # channels-last data (ConvNeXt permutes its activations to NHWC) cuDNN's NHWC kernels, several
-    # times faster.
+    # channels-last data (ConvNeXt permutes its activations to NHWC) cuDNN's NHWC kernels, ~4x faster
+    # in bf16 and a shape-dependent 0.3-3.4x in tf32 (benchmarks/kernel_facts.py).
     grid += [((c, c, hw, k, stride, c), (32, 128), True, last) for last in (False, True)
              for c, hw, k, stride in _DEPTHWISE_LAYERS]
     return grid

@@ -278,3 +278,21 @@ def test_committed_kernel_profiles_are_complete():
     for r in records:
         assert r["schema"] == "gpuest.kernel-profile/1" and r["command"].startswith("python3 -m calibration.kernel_profile")
         assert sum(k["us_per_iter"] for k in r["kernels"]) / 1e3 == pytest.approx(r["kernel_sum_ms"], rel=1e-3)
+
+
+def test_kernel_facts_recompute_from_committed_data(capsys):
+    """benchmarks/kernel_facts.py, the source of the measured ratios DESIGN.md quotes, runs on the
+    committed data and reports every fact for both GPUs."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_facts.py"
+    spec = importlib.util.spec_from_file_location("kernel_facts", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main()
+    out = capsys.readouterr().out
+    for gpu in ("H100-SXM", "H200"):
+        assert f"== {gpu}" in out
+    for fact in ("causal/non-causal SDPA: 28 pairs", "transposing", "NCHW/NHWC", "bf16 + fp32", "VGG-16"):
+        assert fact in out

@@ -224,7 +224,7 @@ class CudaFunctionPaths(TorchFunctionMode):
       one `native_dropout_backward`, when 0 < p < 1; the CPU composes bernoulli_, div_ and mul. In-place
       dropout takes the composite path on CUDA too and is left alone.
     - Convolution bias: cuDNN convolves without it and PyTorch adds it after, a broadcast add that reads
-      and writes the whole output (a tenth of VGG-16's inference time on an H100); its gradient is a
+      and writes the whole output (a quarter of VGG-16's bf16 inference kernel time on an H100); its gradient is a
       separate reduction. The CPU fuses it. PyTorch's own depthwise kernels add it in the kernel.
     - Mixed precision: ops whose autocast policy differs between the CPU (where we trace) and CUDA run
       with CUDA's (see `cuda_autocast`).

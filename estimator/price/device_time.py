@@ -24,7 +24,8 @@ MATH_MODE_FALLBACK = {"fp8": "fp16", "int8": "fp16", "bf16": "fp32", "fp16": "fp
 GEMM_TILE = 128                       # output tile edge of the tensor-core GEMM kernels that dominate
 # Causal attention (see executed_flops): the fixed work of one query tile in key tiles, and the query
 # tiles resident per SM. Chosen against the suite's causal / non-causal SDPA pairs, whose time ratios are
-# 0.57 at 64 key tiles, 0.64 at 16 and ~1.0 at 2 (and ~0.9 for 256 query tiles, which one wave holds).
+# 0.57 at 64 key tiles, 0.64 at 16 and ~1.0 at 2 (and ~0.9 for 256 query tiles, which one wave holds);
+# benchmarks/kernel_facts.py recomputes them.
 ATTENTION_TILE_OVERHEAD = 3.0
 ATTENTION_CTAS_PER_SM = 2
 HEAD_DIM_REF = 128                    # log_head_dim = log2(attention head dim / this)
@@ -149,8 +150,8 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     kept = np.divide(work_flops, table.flops, out=np.ones(n), where=table.flops > 0)
     x[:, 13] = np.log(np.clip(kept, 1e-3, 1.0))
     x[:, 14] = np.log2(np.maximum(table.window, 1.0))
-    # cuDNN's NHWC kernels beat PyTorch's NCHW ones in 16-bit and lose to them in fp32/tf32 (measured on
-    # depthwise convolutions), so the memory format enters per data precision.
+    # cuDNN's NHWC depthwise kernels beat PyTorch's NCHW ones by ~4x in 16-bit but by a shape-dependent
+    # 0.3-3.4x in tf32 (benchmarks/kernel_facts.py), so the memory format enters per data precision.
     x[:, 15] = table.channels_last & lowp_data
     x[:, 16] = table.channels_last & ~lowp_data
     # A flash-attention tile's work per byte loaded grows with the head dimension (its GEMMs' K).

@@ -1,0 +1,102 @@
+"""The measured kernel facts docs/DESIGN.md quotes, recomputed from the committed data (CPU only).
+
+    python3 benchmarks/kernel_facts.py
+
+Reads data/calibration/<GPU>.jsonl (single-op benchmarks) and data/kernels/H100-SXM-training.jsonl
+(per-kernel profiles of whole steps) and prints, per GPU: causal / non-causal SDPA time ratios and how
+well `executed_flops` prices them, transposing-copy and cast bandwidth, NHWC / NCHW depthwise
+convolution time ratios, the mixed-dtype add against a same-dtype one, and the share of VGG-16's bf16
+inference spent in the broadcast bias adds after its convolutions.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+GPUS = ("H100-SXM", "H200")
+
+
+def _rows(gpu: str) -> dict[str, dict]:
+    path = REPO / "data" / "calibration" / f"{gpu}.jsonl"
+    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return {r["name"]: r for r in rows if r.get("time_ms_median")}
+
+
+def _us(row: dict) -> float:
+    return row["time_ms_median"] * 1e3
+
+
+def causal_pairs(gpu: str, rows: dict[str, dict]) -> str:
+    from calibration.retrace import retrace_nodes
+    from estimator.catalog import get_gpu
+    from estimator.price.device_time import executed_flops
+    from estimator.price.node_table import NodeTable
+
+    names = [n for n in rows if n.startswith("sdpa_") and n.endswith("_causal") and n[:-7] in rows]
+    nodes = retrace_nodes(names, jobs=1)
+    spec = get_gpu(gpu)
+    measured, errors = [], []
+    for name in names:
+        table = NodeTable.from_records([d for d in nodes[name] if d["category"] == "attention"])
+        priced = float(executed_flops(table, spec)[0] / table.flops[0])
+        ratio = _us(rows[name]) / _us(rows[name[:-7]])
+        measured.append(ratio)
+        errors.append(abs(math.log(priced / ratio)))
+    return (f"causal/non-causal SDPA: {len(names)} pairs, measured ratio {min(measured):.2f}-{max(measured):.2f}, "
+            f"priced within {100 * (math.exp(statistics.mean(errors)) - 1):.1f} % on average (mean |log|)")
+
+
+def _bandwidth_tb_s(row: dict) -> float:
+    moved = sum(n["bytes_read"] + n["bytes_written"] for n in row["nodes"])
+    return moved / (row["time_ms_median"] * 1e-3) / 1e12
+
+
+def copies(rows: dict[str, dict]) -> str:
+    big = [r for n, r in rows.items() if n.startswith(("transpose_contig", "cast_")) and _us(r) > 20]
+    by = {kind: [_bandwidth_tb_s(r) for r in big if r["name"].startswith(kind)] for kind in ("transpose", "cast")}
+    return (f"copies over 20 us: transposing {min(by['transpose']):.2f}-{max(by['transpose']):.2f} TB/s, "
+            f"casts {min(by['cast']):.2f}-{max(by['cast']):.2f} TB/s")
+
+
+def nhwc_depthwise(rows: dict[str, dict]) -> str:
+    out = []
+    for mode in ("bf16", "tf32"):
+        ratios = [_us(rows[n[:-5]]) / _us(r) for n, r in rows.items()
+                  if n.startswith(f"conv2d_") and f"_{mode}_" in n and n.endswith("_nhwc") and n[:-5] in rows]
+        out.append(f"{mode} NCHW/NHWC time {min(ratios):.2f}-{max(ratios):.2f} (median {statistics.median(ratios):.2f})")
+    return "depthwise convolutions: " + "; ".join(out)
+
+
+def mixed_add(rows: dict[str, dict]) -> str:
+    ratios = [_us(r) / _us(rows[n.replace("bf16xfp32", "bf16")]) for n, r in rows.items()
+              if "_bf16xfp32_" in n and _us(r) > 20]
+    return f"bf16 + fp32 elementwise over 20 us: {min(ratios):.2f}-{max(ratios):.2f}x the bf16 + bf16 time"
+
+
+def vgg_bias_share() -> str:
+    path = REPO / "data" / "kernels" / "H100-SXM-training.jsonl"
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        if r["model"] == "vgg16" and r["mode"] == "inference" and r["precision"] == "bf16-mixed":
+            adds = [k for k in r["kernels"] if "CUDAFunctor_add" in k["name"] and "elementwise_kernel<128, 4" in k["name"]]
+            ms = sum(k["us_per_iter"] for k in adds) / 1e3
+            calls = sum(k["calls_per_iter"] for k in adds)
+            return (f"VGG-16 b{r['batch']} bf16 inference (H100): broadcast adds {calls:.0f} calls, {ms:.2f} of "
+                    f"{r['kernel_sum_ms']:.2f} ms ({100 * ms / r['kernel_sum_ms']:.0f} %)")
+    return "VGG-16 kernel profile not found"
+
+
+def main() -> None:
+    for gpu in GPUS:
+        rows = _rows(gpu)
+        print(f"== {gpu}")
+        for line in (causal_pairs(gpu, rows), copies(rows), nhwc_depthwise(rows), mixed_add(rows)):
+            print("  " + line)
+    print(vgg_bias_share())
+
+
+if __name__ == "__main__":
+    main()
