@@ -31,8 +31,8 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from .nvml_monitor import FakePowerMonitor, NvmlUnavailableError, PowerMeasurement, PowerMonitor
-from .suite import Benchmark, Built, TraceSpec, _FnModule, all_benchmarks, plan
-from .timing import host_dispatch_us, input_bytes, l2_cache_bytes, rotation_for, time_op
+from .suite import BUSY_CALLS, Benchmark, Built, TraceSpec, _FnModule, all_benchmarks, plan
+from .timing import device_busy_ms, host_dispatch_us, input_bytes, l2_cache_bytes, rotation_for, time_op
 
 ROW_SCHEMA = "gpuest.calib-row/1"
 META_SCHEMA = "gpuest.calib-meta/1"
@@ -172,7 +172,7 @@ def _empty_row(b: Benchmark, *, dry_run: bool, session: int) -> dict[str, Any]:
         "matmul_tf32": b.matmul_tf32, "cudnn_tf32": b.cudnn_tf32,
         "nodes": [], "n_nodes_traced": 0, "nodes_aggregated": False, "trace_error": None,
         "time_ms_median": None, "time_ms_p10": None, "time_ms_p90": None, "repeats": None, "inner": None,
-        "rotate": None, "bytes_per_set": None, "host_dispatch_us": None,
+        "rotate": None, "bytes_per_set": None, "host_dispatch_us": None, "busy_ms": None,
     }
     row.update({k: None for k in POWER_KEYS})
     row.update({"timing_sm_clock_mhz": None, "timing_throttle_reasons": None, "error": None,
@@ -217,6 +217,10 @@ def run_benchmark(b: Benchmark, *, device: torch.device, monitor: Any | None, po
                 if b.kind == "host_dispatch":
                     row["host_dispatch_us"] = host_dispatch_us(built.fn, first, n=20 if dry_run else 200,
                                                                device=device)
+                if b.host_paced and device.type == "cuda":
+                    # Its host dispatch cost cannot be timed with the GPU kept busy (cuDNN's RNNs
+                    # synchronise inside the call); where the host paces it, elapsed time is host time.
+                    row["busy_ms"] = device_busy_ms(built.fn, sets, calls=BUSY_CALLS)
                 if monitor is not None and power and (res.median_ms >= MIN_POWER_OP_MS or dry_run):
                     pm, iters = _power_window(monitor, b.name, built.fn, sets, res.median_ms, window_s, device)
                     row.update(energy_j=pm.energy_j, avg_power_w=pm.avg_power_w, duration_s=pm.duration_s,
@@ -282,6 +286,31 @@ def _read_existing(out_path: Path) -> tuple[list[str], int]:
         if line.strip():
             names.append(json.loads(line)["name"])
     return names, len(names)
+
+
+def superseded_path(out_path: Path) -> Path:
+    return out_path.with_name(out_path.name + ".superseded.jsonl")
+
+
+def supersede(out_path: str | os.PathLike[str], categories: Sequence[str]) -> int:
+    """Move the rows of `categories` out of `out_path` into `<out>.superseded.jsonl` (appended, so no
+    measurement is ever lost), so that a `--resume` run measures them again; returns how many moved."""
+    out_path = Path(out_path)
+    if not out_path.exists():
+        raise CalibrationError(f"--redo needs an existing file to re-measure rows of: {out_path} does not exist")
+    _read_existing(out_path)  # cuts a torn last line first
+    wanted = set(categories)
+    keep, moved = [], []
+    for line in out_path.read_text().splitlines(keepends=True):
+        if line.strip():
+            (moved if json.loads(line).get("category") in wanted else keep).append(line)
+    if moved:
+        with superseded_path(out_path).open("a") as f:
+            f.writelines(moved)
+        tmp = out_path.with_name(out_path.name + ".tmp")
+        tmp.write_text("".join(keep))
+        os.replace(tmp, out_path)
+    return len(moved)
 
 
 def _load_meta(out_path: Path) -> dict[str, Any]:
@@ -480,6 +509,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-power", action="store_true", help="time only; no NVML energy windows")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--list", action="store_true", help="print the planned benchmarks and exit")
+    p.add_argument("--redo", default=None, metavar="CATEGORIES",
+                   help="re-measure these categories of an existing --out file (implies --resume); the old rows "
+                        "move to <out>.superseded.jsonl")
     args = p.parse_args(argv)
     cats = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     if args.list:
@@ -491,6 +523,10 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"estimated {pl.est_s:.0f} s")
         return 0
     try:
+        if args.redo:
+            redo = [c.strip() for c in args.redo.split(",") if c.strip()]
+            print(f"{supersede(args.out, redo)} rows of {', '.join(redo)} moved to {superseded_path(Path(args.out))}")
+            args.resume = True
         run_suite(args.out, budget_s=args.budget_s, resume=args.resume, dry_run=args.dry_run, categories=cats,
                   power=not args.no_power, progress=not args.no_progress,
                   command=" ".join(["python3", "-m", "calibration.runner", *(argv if argv is not None else sys.argv[1:])]))

@@ -72,6 +72,9 @@ class Benchmark:
     matmul_tf32: bool = False  # torch.set_float32_matmul_precision("high") when True, "highest" otherwise
     cudnn_tf32: bool = True  # torch.backends.cudnn.allow_tf32 (torch's default: True)
     trace_cost_s: float = 0.01  # CPU seconds to trace it (optimizers with many tensors, GRUs take longer)
+    # The op launches its kernels from a host loop (cuDNN RNNs: a few per time step), so its elapsed
+    # time includes GPU idle gaps: the runner also records its device-busy time.
+    host_paced: bool = False
 
 
 # ---------------------------------------------------------------- helpers
@@ -416,12 +419,12 @@ def _rnn(out: list[Benchmark]) -> None:
             steps = seq * layers if cell == "gru" else 0
             out.append(Benchmark(f"rnn_fwd_{tag}", "rnn", {"op": f"{cell}_forward", **params}, build_fwd,
                                  est_ms=_est(fl, nb, "tf32") + 0.005 * seq * layers,
-                                 trace_cost_s=0.03 + 0.007 * steps))
+                                 trace_cost_s=0.03 + 0.007 * steps, host_paced=True))
             if steps > 512:  # a 10-20 s trace for one point: leave it to the forward benchmark
                 continue
             out.append(Benchmark(f"rnn_fwdbwd_{tag}", "rnn", {"op": f"{cell}_forward_backward", **params}, build_fb,
                                  est_ms=3 * (_est(fl, nb, "tf32") + 0.005 * seq * layers),
-                                 trace_cost_s=0.05 + 0.02 * steps))
+                                 trace_cost_s=0.05 + 0.02 * steps, host_paced=True))
     for cell in ("lstm", "gru"):
         # One cuDNN RNN call costs the host far more than one elementwise op (weight and descriptor
         # checks); at batch 1 that is most of a step, so "rnn" gets its own measured dispatch cost.
@@ -502,12 +505,22 @@ def _reduction(out: list[Benchmark]) -> None:
                 out.append(Benchmark(f"reduce_{opname}_fp32_{r}x{c}_dim{dim}", "reduction",
                                      {"op": opname, "dtype": "fp32", "rows": r, "cols": c, "dim": dim}, build,
                                      est_ms=_est(r * c, 4.0 * r * c)))
+    # column sums over tokens: the bias gradient of every linear layer in training
+    for mode in ("fp32", "bf16"):
+        for r, c in [(8192, 768), (16384, 3072), (50176, 96), (4096, 1024)]:
+            def build_col(device: torch.device, seed: int, r=r, c=c, dt=DTYPES[mode]) -> Built:
+                return _simple(lambda x: torch.sum(x, 0), [(_d(r, device), _d(c, device))], [dt])(device, seed)
+            out.append(Benchmark(f"colsum_{mode}_{r}x{c}", "reduction",
+                                 {"op": "sum", "dtype": mode, "rows": r, "cols": c, "dim": 0}, build_col,
+                                 est_ms=_est(r * c, DTYPES[mode].itemsize * r * c)))
     # softmax / log_softmax forward and backward (category "reduction" in the estimator)
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
         for opname, fn in {"softmax": F.softmax, "log_softmax": F.log_softmax}.items():
             for r, c in [(4096, 1024), (16384, 4096), (8 * 16 * 512, 512), (8192, 50257), (128, 128),
-                         (65536, 64), (2048, 2048), (512, 32000)]:
+                         (65536, 64), (2048, 2048), (512, 32000),
+                         # rows that are not a multiple of 4: eager attention over ViT's 197 tokens
+                         (64 * 12 * 197, 197), (4096, 1001), (8192, 77)]:
                 if mode == "bf16" and opname == "log_softmax" and c != 50257:
                     continue
 
@@ -552,7 +565,9 @@ def _norm(out: list[Benchmark]) -> None:
         dt = DTYPES[mode]
         for tokens, dim in [(2048, 768), (8192, 4096), (1, 4096), (32768, 1024), (4 * 197, 384), (16384, 50),
                             (16384, 64), (4096, 128), (65536, 256), (512, 2048), (256, 8192), (4096, 100),
-                            (1024, 12288), (401408, 96), (100352, 192)]:
+                            (1024, 12288), (401408, 96), (100352, 192),
+                            # rows that are not a multiple of 4 elements take the unvectorised kernels
+                            (8192, 75), (4096, 250), (32768, 30), (2048, 1001)]:
             numel = tokens * dim
 
             def leaves(device: torch.device, seed: int, i: int, tokens=tokens, dim=dim, dt=dt) -> tuple:
@@ -601,6 +616,24 @@ def _pool(out: list[Benchmark]) -> None:
             tag = f"{mode}_n{n}_c{c}_hw{hw}"
             _fwd_bwd(out, "maxpool", tag, "pool", "max_pool2d_3x3s2", params, mp, leaves, 1,
                      _est(9.0 * numel / 4, 1.25 * numel * dt.itemsize), _est(numel, 2.0 * numel * dt.itemsize))
+    # more 3x3/2 max pools (ResNet stems, AlexNet-like 55x55), 2x2/2 max pools (VGG) and 2x2 average
+    # pools (DenseNet transitions), forward and backward, fp32 and bf16
+    pools = {"maxpool": (lambda x: F.max_pool2d(x, 3, 2, 1), "max_pool2d_3x3s2",
+                         [(64, 64, 112), (256, 64, 56), (32, 128, 56), (8, 96, 55)]),
+             "maxpool2x2": (lambda x: F.max_pool2d(x, 2), "max_pool2d_2x2", [(32, 64, 224), (32, 256, 56), (32, 512, 28)]),
+             "avgpool2x2": (lambda x: F.avg_pool2d(x, 2), "avg_pool2d_2x2", [(64, 128, 56), (64, 256, 28), (64, 512, 14)])}
+    for prefix, (fn, opname, shapes) in pools.items():
+        for mode in ("fp32", "bf16"):
+            dt = DTYPES[mode]
+            for n, c, hw in shapes:
+                numel = n * c * hw * hw
+                def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, dt=dt) -> tuple:
+                    return (_randn((_d(n, device, 2), _d(c, device, 4), _d(hw, device, 8), _d(hw, device, 8)), dt,
+                                   device, seed, i),)
+                params = {"dtype": mode, "batch": n, "channels": c, "hw": hw}
+                tag = f"{mode}_n{n}_c{c}_hw{hw}"
+                _fwd_bwd(out, prefix, tag, "pool", opname, params, fn, leaves, 1,
+                         _est(numel, 1.25 * numel * dt.itemsize), _est(numel, 2.0 * numel * dt.itemsize))
     for n, c, hw in [(32, 2048, 7), (128, 512, 14), (1, 1280, 7), (64, 256, 56)]:
         numel = n * c * hw * hw
 
@@ -682,6 +715,36 @@ def _copy(out: list[Benchmark]) -> None:
         out.append(Benchmark(f"nchw_to_nhwc_bf16_n{n}_c{c}_hw{hw}", "copy",
                              {"op": "permute_contiguous", "dtype": "bf16", "batch": n, "channels": c, "hw": hw},
                              build, est_ms=_est(0, 4.0 * n * c * hw * hw)))
+    # attention heads: (batch, seq, heads, dim) <-> (batch, heads, seq, dim) copies around eager attention
+    for mode in ("fp32", "bf16"):
+        for b, sq, h, d in [(32, 128, 12, 64), (8, 1024, 16, 64), (64, 197, 12, 64)]:
+            def build_heads(device: torch.device, seed: int, b=b, sq=sq, h=h, d=d, dt=DTYPES[mode]) -> Built:
+                return _simple(lambda x: x.transpose(1, 2).contiguous(),
+                               [(_d(b, device, 2), _d(sq, device), _d(h, device, 4), _d(d, device))], [dt])(device, seed)
+            out.append(Benchmark(f"heads_transpose_{mode}_b{b}_s{sq}_h{h}_d{d}", "copy",
+                                 {"op": "transpose_contiguous", "dtype": mode, "batch": b, "seq": sq, "heads": h,
+                                  "dim": d}, build_heads, est_ms=_est(0, 2.0 * DTYPES[mode].itemsize * b * sq * h * d)))
+    # channels-last conversions both ways, and the other 16-bit casts
+    for mode, src, perm in [("fp32", "nchw", (0, 2, 3, 1)), ("bf16", "nhwc", (0, 3, 1, 2))]:
+        for n, c, hw in [(32, 256, 56), (128, 64, 56), (64, 512, 28)]:
+            def build_perm(device: torch.device, seed: int, n=n, c=c, hw=hw, dt=DTYPES[mode], perm=perm) -> Built:
+                return _simple(lambda x: x.permute(*perm).contiguous(),
+                               [(_d(n, device, 2), _d(c, device, 4), _d(hw, device, 8), _d(hw, device, 8))],
+                               [dt])(device, seed)
+            dst = "nhwc" if src == "nchw" else "nchw"
+            out.append(Benchmark(f"{src}_to_{dst}_{mode}_n{n}_c{c}_hw{hw}", "copy",
+                                 {"op": "permute_contiguous", "dtype": mode, "batch": n, "channels": c, "hw": hw},
+                                 build_perm, est_ms=_est(0, 2.0 * DTYPES[mode].itemsize * n * c * hw * hw)))
+    for n in _NUMELS[::2]:
+        def build_fp16(device: torch.device, seed: int, n=n) -> Built:
+            return _simple(lambda x: x.to(torch.float16), [(_d(n, device, 1024),)], [torch.float32])(device, seed)
+        out.append(Benchmark(f"cast_fp32_to_fp16_n{n}", "copy", {"op": "to_fp16", "dtype": "fp32", "numel": n},
+                             build_fp16, est_ms=_est(0, 6.0 * n)))
+    for n in _NUMELS[::2]:
+        def build_bf(device: torch.device, seed: int, n=n) -> Built:
+            return _simple(lambda x: x.to(torch.float32), [(_d(n, device, 1024),)], [torch.bfloat16])(device, seed)
+        out.append(Benchmark(f"cast_bf16_to_fp32_n{n}", "copy", {"op": "to_fp32", "dtype": "bf16", "numel": n},
+                             build_bf, est_ms=_est(0, 6.0 * n)))
     for parts, n in [(2, 2 ** 20), (8, 2 ** 20), (2, 2 ** 24), (32, 2 ** 14), (4, 3 * 10 ** 6 + 1)]:
         def build(device: torch.device, seed: int, parts=parts, n=n) -> Built:
             return _simple(lambda *ts: torch.cat(ts, 0), [(_d(n, device, 256),)] * parts,
@@ -808,6 +871,8 @@ def all_benchmarks(categories: Iterable[str] | None = None) -> list[Benchmark]:
 TIME_ONLY_OVERHEAD_S = 0.04
 FAMILY_OVERHEAD_S = {"attention": 0.3}  # first calls of each SDPA shape pick and load kernels
 POWER_WINDOW_S = 0.6
+HOST_PACED_EXTRA_S = 0.3        # profiler start-up for the device-busy measurement of host-paced ops
+BUSY_CALLS = 5                  # calls profiled for a host-paced op's device-busy time
 
 
 def time_only_cost_s(b: Benchmark, dry_run: bool = False) -> float:
@@ -816,7 +881,8 @@ def time_only_cost_s(b: Benchmark, dry_run: bool = False) -> float:
         return 0.04 + min(b.trace_cost_s, 0.05)
     op_s = b.est_ms / 1e3
     return (TIME_ONLY_OVERHEAD_S + FAMILY_OVERHEAD_S.get(b.category, 0.0) + b.trace_cost_s + max(0.03, 25 * op_s)
-            + (0.1 if b.kind == "host_dispatch" else 0.0))
+            + (0.1 if b.kind == "host_dispatch" else 0.0)
+            + (HOST_PACED_EXTRA_S + BUSY_CALLS * op_s if b.host_paced else 0.0))
 
 
 def power_cost_s(b: Benchmark, window_s: float = POWER_WINDOW_S) -> float:

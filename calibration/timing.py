@@ -5,7 +5,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -198,3 +198,44 @@ def host_dispatch_us(fn: Callable[..., Any], inputs: Sequence[Any], n: int = 200
     elapsed = time.perf_counter() - t0
     torch.cuda.synchronize()
     return elapsed * 1e6 / n
+
+
+def union_length(intervals: Iterable[tuple[float, float]]) -> float:
+    """Total length covered by a set of [start, end) intervals."""
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def is_gpu_event(evt: Any) -> bool:
+    """Whether a torch.profiler event ran on the GPU (kernel, memcpy, memset or annotation)."""
+    kind = getattr(evt, "device_type", None)
+    return kind is not None and getattr(kind, "name", str(kind)).upper() in ("CUDA", "PRIVATEUSE1", "HIP")
+
+
+def device_busy_ms(fn: Callable[..., Any], sets: Sequence[Sequence[Any]], *, calls: int = 5) -> float:
+    """Device-busy time of one `fn(*inputs)` call in ms: the union of its GPU kernel, memcpy and memset
+    intervals (torch.profiler), averaged over `calls` synchronised calls.
+
+    CUDA events bracket a call's elapsed time, which for an op that launches its kernels from a host
+    loop (cuDNN's RNNs: a few kernels per time step) includes the gaps while the GPU waits for the
+    host. The busy time is what the device model prices; the gaps belong to the host timeline.
+    """
+    from torch.profiler import ProfilerActivity, profile
+    sets = [tuple(s) for s in sets]
+    fn(*sets[0])  # warm: the first call may pick algorithms
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            fn(*sets[i % len(sets)])
+        torch.cuda.synchronize()
+    spans = [(e.time_range.start, e.time_range.end) for e in prof.events() if is_gpu_event(e)]
+    return union_length(spans) / 1e3 / calls

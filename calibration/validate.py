@@ -47,6 +47,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from .timing import is_gpu_event, union_length
 from .validation_set import (MODES, PRECISIONS, ValidationConfig, estimated_duration_s, explicit_configs, get_set,
                              with_per_op)
 
@@ -298,32 +299,12 @@ def _percentile(values: list[float], q: float) -> float:
 
 # ================================================================== profiler: device busy and per-op
 
-def _device_type_is_gpu(evt: Any) -> bool:
-    dt = getattr(evt, "device_type", None)
-    return dt is not None and getattr(dt, "name", str(dt)).upper() in ("CUDA", "PRIVATEUSE1", "HIP")
-
-
 def _evt_device_us(evt: Any) -> float:
     for attr in ("device_time_total", "cuda_time_total"):
         v = getattr(evt, attr, None)
         if v is not None:
             return float(v)
     return 0.0
-
-
-def union_length(intervals: Iterable[tuple[float, float]]) -> float:
-    """Total length covered by a set of [start, end) intervals."""
-    total, cur_s, cur_e = 0.0, None, None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total
 
 
 def _is_aten(evt: Any) -> bool:
@@ -334,7 +315,7 @@ def _top_level_aten(events: list[Any], t0: float, t1: float) -> list[Any]:
     """ATen op events within [t0, t1] (us) that have no ATen ancestor, in start order (all threads)."""
     out = []
     for e in events:
-        if _device_type_is_gpu(e) or not _is_aten(e):
+        if is_gpu_event(e) or not _is_aten(e):
             continue
         tr = e.time_range
         if tr.start < t0 or tr.end > t1:
@@ -367,7 +348,7 @@ def profile_iterations(step: Callable[[], None], n: int, device: torch.device, *
                     torch.cuda.synchronize()
     events = list(prof.events())
     for e in events:
-        if str(e.name).startswith("gpuest_iter_") and not _device_type_is_gpu(e):
+        if str(e.name).startswith("gpuest_iter_") and not is_gpu_event(e):
             marks.append((e.time_range.start, e.time_range.end))
     marks.sort()
     out: dict[str, Any] = {"profile_iters": n}
@@ -375,7 +356,7 @@ def profile_iterations(step: Callable[[], None], n: int, device: torch.device, *
         # GPU-side events include the record_function ranges themselves ("gpu_user_annotation"),
         # which span a whole iteration: keep kernels, memcpys and memsets only.
         dev = [(e.time_range.start, e.time_range.end) for e in events
-               if _device_type_is_gpu(e) and not str(e.name).startswith("gpuest_iter_")]
+               if is_gpu_event(e) and not str(e.name).startswith("gpuest_iter_")]
         out["device_busy_s"] = union_length(dev) / 1e6 / n
         out["device_kernel_sum_s"] = sum(e - s for s, e in dev) / 1e6 / n
         out["device_events_per_iter"] = len(dev) / n
@@ -402,7 +383,7 @@ def profile_iterations(step: Callable[[], None], n: int, device: torch.device, *
         iter_busy = None
         if gpu:
             iter_busy = union_length((e.time_range.start, e.time_range.end) for e in events
-                                     if _device_type_is_gpu(e) and e.time_range.start >= t0) / 1e6
+                                     if is_gpu_event(e) and e.time_range.start >= t0) / 1e6
         out["per_op"] = {
             "iteration": len(marks) - 1,
             "time_source": "device" if gpu else "cpu (dry run)",

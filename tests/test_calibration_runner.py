@@ -296,3 +296,29 @@ def test_kernel_facts_recompute_from_committed_data(capsys):
         assert f"== {gpu}" in out
     for fact in ("causal/non-causal SDPA: 28 pairs", "transposing", "NCHW/NHWC", "bf16 + fp32", "VGG-16"):
         assert fact in out
+
+
+def test_redo_moves_a_category_aside_and_measures_it_again(tmp_path: Path) -> None:
+    from calibration.runner import main, superseded_path, supersede
+    path = tmp_path / "redo.jsonl"
+    run_suite(path, budget_s=2.0, dry_run=True, progress=False, categories=["copy", "pool"])
+    before = _rows(path)
+    copies = [r["name"] for r in before if r["category"] == "copy"]
+    assert copies and supersede(path, ["copy"]) == len(copies)
+    assert all(r["category"] != "copy" for r in _rows(path))  # moved out of the file ...
+    assert [r["name"] for r in _rows(superseded_path(path))] == copies  # ... and kept, never lost
+    redo = ["--out", str(path), "--dry-run", "--no-progress", "--budget-s", "2", "--categories", "copy,pool",
+            "--redo", "copy"]
+    assert main(redo) == 0  # nothing left to move: it resumes and measures the copies again
+    assert sorted(r["name"] for r in _rows(path)) == sorted(r["name"] for r in before)
+    assert main(redo) == 0
+    assert sorted(r["name"] for r in _rows(path)) == sorted(r["name"] for r in before)
+    assert len(_rows(superseded_path(path))) == 2 * len(copies)  # the second --redo appended its rows
+    with pytest.raises(CalibrationError, match="does not exist"):
+        supersede(tmp_path / "missing.jsonl", ["copy"])
+
+
+def test_rnn_benchmarks_are_host_paced() -> None:
+    rnn = [b for b in all_benchmarks(["rnn"]) if b.kind == "device"]
+    assert rnn and all(b.host_paced for b in rnn)
+    assert not any(b.host_paced for b in all_benchmarks(["copy", "matmul"]))
