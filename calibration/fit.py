@@ -26,6 +26,7 @@ from scipy.optimize import lsq_linear
 from estimator.catalog import GPUSpec, get_gpu
 from estimator.errors import ProfileError
 from estimator.price.device_time import device_times, fit_keys, within_fit_range
+from estimator.price.host_timeline import launch_costs
 from estimator.price.node_table import NodeTable
 from estimator.price.power import voltage_ratio
 from estimator.price.profile_choice import roofline_profile
@@ -46,6 +47,8 @@ TINY_BYTES = 64 * 1024          # a kernel moving less than this is pure latency
 TINY_FLOPS = 1e5
 MIN_RESIDUAL_SHARE = 0.2        # measured time left after latency, as a floor fraction
 HOST_BOUND_MARGIN = 1.5        # measured / host dispatch cost below which a timing is host-limited
+HOST_PACED_MARGIN = 1.5         # elapsed / device-busy above which a host-paced row measured the host
+MIN_HOST_LAUNCH_ROWS = 4       # rows with distinct launch counts needed to split a host cost per launch
 MEMORY_LIKE = ("elementwise", "reduction", "copy", "norm", "pool", "embedding", "optimizer", "other")
 
 
@@ -116,21 +119,46 @@ def kernel_latency_s(rows: list[dict[str, Any]]) -> float:
 
 
 def host_costs(rows: list[dict[str, Any]], fallback: dict[str, float]) -> dict[str, float]:
-    """Per-category host dispatch cost (s) from the host probes; unmeasured categories keep the prior."""
-    by_cat: dict[str, list[float]] = {}
+    """Per-category host dispatch cost (s) from the rows that measured it (host probes, and host-paced
+    rows whose GPU was mostly idle); unmeasured categories keep the prior.
+
+    Where a category's rows launch different numbers of kernels per op from a host loop (cuDNN RNNs
+    over more or fewer time steps), non-negative least squares splits their host time into a cost per
+    op and a cost per later launch, `launch_<category>`; elsewhere the cost per op is the median."""
+    by_cat: dict[str, list[tuple[float, float, float]]] = {}
     for r in rows:
         us = r.get("host_dispatch_us")
+        if r.get("busy_ms") and r["time_ms_median"] > HOST_PACED_MARGIN * r["busy_ms"]:
+            # The GPU sat idle for much of the call: the host's launches paced it, so its elapsed
+            # time is the host's time (timing it with the GPU kept busy fails: cuDNN RNNs synchronise).
+            us = r["time_ms_median"] * 1e3
         if not isinstance(us, (int, float)) or us <= 0:
             continue
         nodes = _device_nodes(r) or r["nodes"]
         cats = [n["category"] for n in nodes]
         cat = max(set(cats), key=cats.count) if cats else "default"
-        by_cat.setdefault(cat, []).append(us * 1e-6 / max(len(nodes), 1))
+        extra = sum(max(int(n.get("kernels", 1)) - 1, 0) for n in nodes)
+        by_cat.setdefault(cat, []).append((us * 1e-6, max(len(nodes), 1), extra))
     out = dict(fallback)
-    out.update({c: float(np.median(v)) for c, v in by_cat.items()})
+    for cat, obs in by_cat.items():
+        host_s, n_ops, extra = (np.array(v, dtype=float) for v in zip(*obs))
+        if len(obs) >= MIN_HOST_LAUNCH_ROWS and len(np.unique(extra)) >= MIN_HOST_LAUNCH_ROWS:
+            # Relative errors: a 20-step and a 500-step RNN count alike.
+            x = np.column_stack([n_ops, extra]) / host_s[:, None]
+            per_op, per_launch = lsq_linear(x, np.ones(len(obs)), bounds=(0.0, np.inf)).x
+            out[cat], out[f"launch_{cat}"] = float(per_op), float(per_launch)
+        else:
+            out[cat] = float(np.median(host_s / n_ops))
     if "elementwise" in by_cat:
-        out["default"] = float(np.median(by_cat["elementwise"]))
+        out["default"] = out["elementwise"]
     return out
+
+
+def measured_device_s(row: dict[str, Any]) -> float:
+    """The device time a row measured (s): its device-busy time where the runner recorded one (ops that
+    launch from a host loop, whose elapsed time includes GPU idle gaps), else its CUDA-event time."""
+    busy = row.get("busy_ms")
+    return (busy if isinstance(busy, (int, float)) and busy > 0 else row["time_ms_median"]) * 1e-3
 
 
 @dataclass
@@ -148,8 +176,8 @@ class RowFeatures:
 def host_limited(row: dict[str, Any], host_op_s: dict[str, float]) -> bool:
     """Whether a back-to-back timing measured the host's dispatch rate rather than the kernel: an op
     that takes less than HOST_BOUND_MARGIN x its category's dispatch cost says nothing about the GPU."""
-    if row.get("timing_method") == "events_queued":
-        return False  # timed with the host running ahead: device time by construction
+    if row.get("timing_method") == "events_queued" or row.get("busy_ms"):
+        return False  # timed with the host running ahead, or profiled: device time by construction
     nodes = _device_nodes(row)
     host = sum(host_op_s.get(n["category"], host_op_s["default"]) for n in nodes)
     return row["time_ms_median"] * 1e-3 < HOST_BOUND_MARGIN * host
@@ -172,7 +200,7 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
         total_roof = float(roof.sum())
         if total_roof <= 0:
             continue
-        measured = r["time_ms_median"] * 1e-3
+        measured = measured_device_s(r)
         after_latency = max(measured - float(table.kernels.sum()) * latency_s, MIN_RESIDUAL_SHARE * measured)
         cats = table.category
         dominant = max(set(cats.tolist()), key=lambda c: roof[cats == c].sum())
@@ -351,8 +379,7 @@ def host_terms(graph: Any, profile: Profile) -> np.ndarray:
     Python module calls, and metadata/host-only ops (counts)."""
     from estimator.price.node_table import node_table
     t = node_table(graph)
-    base = t.map_category(profile.host_op_s, profile.host_op_s["default"])
-    base = base + profile.host_op_s.get("launch", 0.0) * np.maximum(t.kernels - 1, 0)
+    base = t.map_category(profile.host_op_s, profile.host_op_s["default"]) + launch_costs(t, profile.host_op_s)
     light = t.free | t.host_only
     dispatched = ~light
     fwd = dispatched & np.isin(t.phase, ["forward", "loss"])

@@ -180,3 +180,23 @@ def test_an_op_in_one_mode_gets_its_own_pooled_fit_from_few_rows():
     assert fits["aten.addmm.default@fp32"].coef[0] == pytest.approx(0.9, abs=0.05)
     fewer = fit_residuals(base + rows("aten.addmm.default", "fp32", MIN_ROWS_PER_OP_IN_MODE - 1, 0.9))
     assert "aten.addmm.default@fp32" not in fewer
+
+
+def test_host_paced_rows_give_device_busy_and_a_host_cost_per_launch():
+    from calibration.fit import host_costs, host_limited, measured_device_s
+    base_s, launch_s = 20e-6, 6e-6
+    rows = []
+    for steps in (16, 32, 64, 128, 256):
+        nodes = [{"op": "aten._cudnn_rnn.default", "category": "rnn", "kernels": 2 * steps + 1}]
+        host_s = base_s + launch_s * 2 * steps
+        busy_ms = 0.2e-3 * steps  # the GPU is idle most of the call: the host paces it
+        rows.append({"name": f"rnn{steps}", "nodes": nodes, "time_ms_median": host_s * 1e3, "busy_ms": busy_ms})
+    host = host_costs(rows, {"default": 5e-6})
+    assert host["rnn"] == pytest.approx(base_s, rel=0.02) and host["launch_rnn"] == pytest.approx(launch_s, rel=0.02)
+    assert host["default"] == 5e-6  # other categories keep the fallback
+    r = rows[0]
+    assert measured_device_s(r) == pytest.approx(r["busy_ms"] * 1e-3)  # the device model learns busy time
+    assert not host_limited(r, {"rnn": 1.0, "default": 1.0})  # profiled: device time by construction
+    # a device-bound row (elapsed ~ busy) says nothing about the host
+    quiet = [dict(r, time_ms_median=r["busy_ms"] * 1.1) for r in rows]
+    assert "launch_rnn" not in host_costs(quiet, {"default": 5e-6})

@@ -368,3 +368,32 @@ def test_head_dim_and_row_overhead_features():
     assert many > few > 0.0          # same bytes, 256x the rows: more fixed per-row work per byte
     assert f["log_row_overhead"][4] == 0.0 and not f["log_row_overhead"][:2].any()
     assert few == pytest.approx(math.log1p(1e-7 / (8e6 / gpu.memory_bandwidth_bytes_per_s)))
+
+
+def test_host_paced_node_overlaps_its_launches():
+    # One node that launches 100 kernels from a host loop: 2 ms of host, 1 ms of device work.
+    d, h, spread, k = np.array([1e-3]), np.array([2e-3]), np.array([1.9e-3]), np.array([100])
+    paced = simulate(d, h, spread, k)
+    # The device runs while the host launches: done one kernel after the last launch, not after 3 ms.
+    assert paced.wall_s == pytest.approx(2e-3 + 1e-5)
+    assert simulate(d, h).wall_s == pytest.approx(3e-3)  # all host cost before the first kernel
+    # Device-bound instead (0.5 ms of launches): the device time after the first launch decides.
+    fast = simulate(np.array([5e-3]), np.array([0.6e-3]), np.array([0.5e-3]), k)
+    assert fast.wall_s == pytest.approx(0.1e-3 + 5e-3)
+    # A later node still waits for the earlier one's device work.
+    two = simulate(np.array([1e-3, 1e-4]), np.array([2e-3, 1e-5]), np.array([1.9e-3, 0.0]), np.array([100, 1]))
+    assert two.end_s[1] == pytest.approx(2e-3 + 1e-5 + 1e-4)
+
+
+def test_lstm_steps_run_one_after_another():
+    T, B, H, I = 32, 8, 128, 64
+    g = estimator.trace(torch.nn.LSTM(I, H, device="meta"), (torch.empty(T, B, I, device="meta"),), mode="training")
+    rnn = {d["op"]: d for _, d in g.nodes(data=True) if d.get("category") == "rnn"}
+    fwd, bwd = rnn["aten._cudnn_rnn.default"], rnn["aten._cudnn_rnn_backward.default"]
+    # a recurrent GEMM and a gate kernel per step, plus the input GEMM over all steps (cuDNN)
+    assert fwd["kernels"] == 2 * T + 1 and bwd["kernels"] == 2 * T + 2
+    # one step's GEMM fills the GPU, not all steps' at once
+    assert fwd["gemm_batch"] == 1 and fwd["gemm_m"] == B and fwd["gemm_n"] == 4 * H
+    w_hh = 4 * H * H * 4
+    for node in (fwd, bwd):  # every step after the first reads the recurrent weights again
+        assert node["bytes_read"] >= (T - 1) * w_hh

@@ -261,7 +261,16 @@ def _rnn_layer(call: OpCall) -> Cost:
     gates = RNN_GATES.get(mode, 4)
     in_size = _shape(w_ih)[1]
     flops = 2.0 * steps * batch * gates * hidden * (in_size + hidden) + 8.0 * steps * batch * gates * hidden
-    return _with_gemm(call, "rnn", flops, (batch, gates * hidden, in_size + hidden), steps, kernels=steps + 1)
+    # The time steps run one after another, each a recurrent GEMM and a pointwise gate kernel (cuDNN,
+    # data/kernels/): one step's GEMM is all the GPU has to fill its SMs with, hence gemm batch 1, and
+    # each step reads the recurrent weights again.
+    cost = _with_gemm(call, "rnn", flops, (batch, gates * hidden, in_size + hidden), 1, kernels=2 * steps + 1)
+    return replace(cost, bytes_read=cost.bytes_read + _recurrent_rereads(call.args[2], steps))
+
+
+def _recurrent_rereads(w_hh: Any, steps: int) -> float:
+    """Bytes of the recurrent weight matrix read again by every time step after the first."""
+    return float(max(steps - 1, 0) * math.prod(_shape(w_hh)) * w_hh.element_size())
 
 
 @register_cost(*iter_ops(["mkldnn_rnn_layer_backward"]))
@@ -275,8 +284,8 @@ def _rnn_layer_backward(call: OpCall) -> Cost:
     in_size = _shape(w_ih)[1]
     flops = 4.0 * steps_batch * gates * hidden * (in_size + hidden) + 8.0 * steps_batch * gates * hidden
     base = generic_cost(call, category="rnn", flops=flops)
-    return Cost(base.flops, base.bytes_read, unique_bytes(out), "rnn",
-                gemm_mnk=(shape[1], gates * hidden, in_size + hidden), gemm_batch=shape[0], kernels=2 * shape[0] + 2)
+    return Cost(base.flops, base.bytes_read + _recurrent_rereads(call.args[2], shape[0]), unique_bytes(out), "rnn",
+                gemm_mnk=(shape[1], gates * hidden, in_size + hidden), gemm_batch=1, kernels=2 * shape[0] + 2)
 
 
 # ---------------------------------------------------------------- normalisation

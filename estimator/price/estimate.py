@@ -14,7 +14,7 @@ import torch
 from ..catalog import GPUSpec, get_gpu
 from ..capture.trace import unsupported_ops as graph_unsupported_ops
 from .device_time import Z90, DeviceTimes, device_times, warn_notes
-from .host_timeline import LAUNCHES, Timeline, host_costs, simulate
+from .host_timeline import LAUNCHES, Timeline, host_parts, simulate
 from .node_table import PHASES, NodeTable, node_table
 from .power import NodePower, node_power, transfer_power
 from .profile_choice import ProfileChoice, choose_profile
@@ -142,7 +142,8 @@ def _device_and_power(table: NodeTable, gpu: GPUSpec, clocks: np.ndarray, choice
 def _price(table: NodeTable, gpu: GPUSpec, clocks: np.ndarray, choice: ProfileChoice, launch: str,
            host_scale: float) -> tuple[DeviceTimes, Timeline, NodePower | None, list[str]]:
     times, power, notes = _device_and_power(table, gpu, clocks, choice, launch)
-    timeline = simulate(times.device_s, host_costs(table, choice.profile, launch, host_scale))
+    lead, spread = host_parts(table, choice.profile, launch, host_scale)
+    timeline = simulate(times.device_s, lead + spread, spread, table.kernels)
     return times, timeline, power, notes
 
 

@@ -1,11 +1,15 @@
 """The host side of eager PyTorch: every op costs CPU time to dispatch before its kernel can start.
 
-Each kernel starts at max(time the host issued it, end of the previous kernel) on one stream;
-the simulation is vectorised with a running maximum instead of a Python loop.
+Each node's kernels start at max(time the host issued the first of them, end of the previous node)
+on one stream. A node that launches its kernels from a host loop (a cuDNN RNN: a few per time step)
+pays a host cost per launch after the first, and its device work overlaps those launches: it ends no
+earlier than its own device time after it started, and no earlier than the host's last launch plus
+one kernel's share of that time. The simulation is vectorised with a running maximum.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 
@@ -29,33 +33,56 @@ class Timeline:
     device_busy_s: float
 
 
+def launch_costs(table: NodeTable, host_op_s: Mapping[str, float]) -> np.ndarray:
+    """Host seconds per node for its kernel launches after the first: `launch_<category>` where the
+    calibration measured that category's ops launching from a host loop, else the generic `launch`."""
+    generic = host_op_s.get("launch", 0.0)
+    per_launch = {c: host_op_s.get(f"launch_{c}", generic) for c in np.unique(table.category)}
+    return np.where(table.free, 0.0, table.map_category(per_launch, generic) * np.maximum(table.kernels - 1, 0))
+
+
 def host_costs(table: NodeTable, profile: Profile, launch: str, host_scale: float = 1.0) -> np.ndarray:
-    """CPU seconds to dispatch each node."""
+    """CPU seconds to dispatch each node (all its launches included)."""
+    lead, spread = host_parts(table, profile, launch, host_scale)
+    return lead + spread
+
+
+def host_parts(table: NodeTable, profile: Profile, launch: str, host_scale: float = 1.0) \
+        -> tuple[np.ndarray, np.ndarray]:
+    """CPU seconds per node before its first kernel can start, and spent on its later launches."""
     if launch == "graph":  # one replay dispatches everything
         cost = np.zeros(len(table))
         if len(table):
             # Replaying a captured graph is one dispatch from the host.
             cost[0] = profile.host_op_s.get("graph_launch", profile.host_op_s["default"])
-        return cost * host_scale
+        return cost * host_scale, np.zeros(len(table))
     base = table.map_category(profile.host_op_s, profile.host_op_s["default"])
-    cost = np.where(table.free | table.host_only, profile.host_only_op_s, base)
-    extra_launch = profile.host_op_s.get("launch", 0.0) * np.maximum(table.kernels - 1, 0)
-    cost = cost + np.where(table.free, 0.0, extra_launch)
-    cost = np.where(table.phase == "backward", cost * profile.host_backward_factor, cost)
-    cost = cost + table.module_calls * profile.host_op_s.get("module_call", 0.0)
-    return cost * host_scale
+    lead = np.where(table.free | table.host_only, profile.host_only_op_s, base)
+    spread = launch_costs(table, profile.host_op_s)
+    backward = np.where(table.phase == "backward", profile.host_backward_factor, 1.0)
+    lead = lead * backward + table.module_calls * profile.host_op_s.get("module_call", 0.0)
+    return lead * host_scale, spread * backward * host_scale
 
 
-def simulate(device_s: np.ndarray, host_s: np.ndarray) -> Timeline:
-    """Kernel i starts at max(issue_i, end_{i-1}); returns the whole timeline."""
+def simulate(device_s: np.ndarray, host_s: np.ndarray, spread_s: np.ndarray | None = None,
+             kernels: np.ndarray | None = None) -> Timeline:
+    """Node i's kernels start at max(first launch_i, end_{i-1}); returns the whole timeline.
+
+    host_s: each node's whole host cost; spread_s: the part of it spent launching kernels after the
+    first (default none), during which the device already runs the node; kernels: launches per node.
+    """
     if len(device_s) == 0:
         z = np.zeros(0)
         return Timeline(z, z, z, z, z, 0.0, 0.0, 0.0)
+    spread = np.zeros_like(device_s) if spread_s is None else spread_s
+    per_kernel = device_s / np.maximum(kernels, 1) if kernels is not None else device_s
     issue = np.cumsum(host_s)
     busy = np.cumsum(device_s)
     before = busy - device_s
-    # end_i = busy_i + max_{j<=i}(issue_j - before_j), clipped at 0 (the device is free at t=0).
-    end = busy + np.maximum(np.maximum.accumulate(issue - before), 0.0)
+    # A node ends at the latest of: previous end + its time, first launch + its time, last launch +
+    # its last kernel. end_i = max(end_{i-1} + d_i, c_i) unrolls to busy_i + max_{j<=i}(c_j - busy_j).
+    ready = np.maximum(issue - spread + device_s, issue + per_kernel)
+    end = busy + np.maximum(np.maximum.accumulate(ready - busy), 0.0)
     start = end - device_s
     prev_end = np.concatenate([[0.0], end[:-1]])
     wait = np.maximum(start - prev_end, 0.0)
