@@ -385,6 +385,31 @@ def test_host_paced_node_overlaps_its_launches():
     assert two.end_s[1] == pytest.approx(2e-3 + 1e-5 + 1e-4)
 
 
+def test_latency_overlap_power_and_its_inverse():
+    from estimator.price.device_time import overlap_power, with_latency, work_after_latency
+    assert overlap_power(np.array(["matmul", "elementwise", "copy", "rnn"])).tolist() == [1.0, 2.0, 2.0, 1.0]
+    lat, work = np.array([2.4e-6, 2.4e-6]), np.array([1.9e-6, 1.9e-6])
+    t = with_latency(lat, work, np.array([1.0, 2.0]))
+    assert t[0] == pytest.approx(4.3e-6) and max(lat[1], work[1]) < t[1] < t[0]
+    assert work_after_latency(float(t[1]), 2.4e-6, 2.0) == pytest.approx(1.9e-6)
+    assert work_after_latency(2e-6, 2.4e-6, 2.0) == 0.0  # measured below the latency: nothing left
+
+
+def test_odd_row_lengths_are_flagged_for_row_kernels():
+    from estimator.price.device_time import device_times
+    from estimator.price.node_table import node_table
+    from estimator.profile import RESIDUAL_FEATURES, prior_profile
+    gpu = get_gpu("H100")
+    col = RESIDUAL_FEATURES.index("odd_rows")
+    for dim, odd in [(50, 1.0), (75, 1.0), (64, 0.0), (1024, 0.0)]:
+        ln = torch.nn.LayerNorm(dim, device="meta")
+        g = estimator.trace(ln, (torch.empty(4096, dim, device="meta"),))
+        t = node_table(g)
+        times, _ = device_times(t, gpu, gpu.max_clock_mhz, prior_profile())
+        norm = t.category == "norm"
+        assert norm.any() and (times.features[norm, col] == odd).all(), dim
+
+
 def test_lstm_steps_run_one_after_another():
     T, B, H, I = 32, 8, 128, 64
     g = estimator.trace(torch.nn.LSTM(I, H, device="meta"), (torch.empty(T, B, I, device="meta"),), mode="training")

@@ -43,6 +43,13 @@ NARROW_DIM = 64
 # block against the time the bytes take (a 16384 x 64 layer norm runs at a tenth of the bandwidth).
 ROW_LEN_REF = 1024
 ROW_OVERHEAD_S = 1e-7
+ROW_VECTOR = 4
+# Back-to-back streaming kernels overlap one's launch with the previous one's tail: a 1M-element cast
+# takes ~3.1 us on an H100 where its 2.4 us launch latency plus its 1.9 us of DRAM traffic add to
+# 4.3 us. A node's time is the p-norm of latency and work time (p = 1: additive, p -> inf: max).
+# p = 2 for elementwise ops and copies (5-fold cross-validation over the suite: median error 10.9 ->
+# 7.8 % elementwise, 23 -> 22 % copies on the H100); GEMMs, reductions, RNN steps fit best additive.
+LATENCY_OVERLAP_POWER = {"elementwise": 2.0, "copy": 2.0}
 # The fitted correction never makes an op faster than its roofline at catalogue peaks (a physical
 # bound for DRAM-resident data), nor more than 500x slower (a one-row layer norm of a few KB takes ~100x its
 # roofline; fits stay inside their data's feature range in any case).
@@ -67,6 +74,22 @@ class DeviceTimes:
     work_flops: np.ndarray            # FLOP the kernels spend time on (see executed_flops)
     bound: np.ndarray                 # "compute" | "memory" | "latency" | "none"
     features: np.ndarray              # (n, len(RESIDUAL_FEATURES)) residual regressors, all of them
+
+
+def overlap_power(category: np.ndarray | str) -> np.ndarray:
+    """LATENCY_OVERLAP_POWER per node category (1 where not listed)."""
+    return map_values(np.atleast_1d(np.asarray(category)), LATENCY_OVERLAP_POWER, 1.0)
+
+
+def with_latency(latency_s: np.ndarray, work_s: np.ndarray, power: np.ndarray) -> np.ndarray:
+    """A node's device time (s) from its launch latency and the time its work takes: their p-norm,
+    between the sum (p = 1, nothing hidden) and max() (p -> inf, latency fully hidden)."""
+    return (latency_s ** power + work_s ** power) ** (1.0 / power)
+
+
+def work_after_latency(measured_s: float, latency_s: float, power: float) -> float:
+    """The inverse of with_latency: the work time (s) a measured time leaves after its latency (0 if none)."""
+    return max(measured_s ** power - latency_s ** power, 0.0) ** (1.0 / power)
 
 
 def effective_math_modes(table: NodeTable, gpu: GPUSpec) -> tuple[np.ndarray, list[str]]:
@@ -110,8 +133,9 @@ def executed_flops(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
 
 def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np.ndarray,
                       roofline_s: np.ndarray, work_flops: np.ndarray) -> np.ndarray:
-    """Feature matrix (n, len(RESIDUAL_FEATURES)); every feature is normalised to the GPU so a fit
-    transfers between GPUs (intensity relative to the ridge point, waves relative to the SM count)."""
+    """Feature matrix (n, len(RESIDUAL_FEATURES)), columns in RESIDUAL_FEATURES order; every feature is
+    normalised to the GPU so a fit transfers between GPUs (intensity relative to the ridge point,
+    waves relative to the SM count)."""
     n = len(table)
     bw = gpu.memory_bandwidth_bytes_per_s
     intensity = work_flops / np.maximum(table.bytes, 1.0)
@@ -127,42 +151,46 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     misaligned = is_gemm & ((np.mod(m, align) != 0) | (np.mod(nn, align) != 0) | (np.mod(k, align) != 0))
     rows, row_len = table.rowwise.T
     rowwise = (rows > 0) & (row_len > 0)
-    x = np.empty((n, len(RESIDUAL_FEATURES)))
-    x[:, 0] = 1.0
-    x[:, 1] = np.maximum(r, 0.0)
-    x[:, 2] = np.minimum(r, 0.0)
-    x[:, 3] = np.clip(np.log10(np.maximum(roofline_s, 1e-12) / 1e-6), -3.0, 6.0)
-    x[:, 4] = np.log(np.clip(wave_eff, 1e-3, 1.0))
-    x[:, 5] = misaligned.astype(float)
+    f: dict[str, np.ndarray] = {}
+    f["const"] = np.ones(n)
+    f["ridge_pos"] = np.maximum(r, 0.0)
+    f["ridge_neg"] = np.minimum(r, 0.0)
+    f["log_roof_us"] = np.clip(np.log10(np.maximum(roofline_s, 1e-12) / 1e-6), -3.0, 6.0)
+    f["log_wave_eff"] = np.log(np.clip(wave_eff, 1e-3, 1.0))
+    f["misaligned"] = misaligned.astype(float)
     lowp_data = np.isin(table.math_mode, ["bf16", "fp16", "fp8"])
     simt_conv = (table.category == "conv") & ~table.tensor_core
     # 16-bit tensor-core math, or 16-bit data through a CUDA-core convolution (depthwise)
-    x[:, 6] = (np.isin(mode, ["bf16", "fp16", "fp8", "int8"]) & table.tensor_core) | (simt_conv & lowp_data)
-    x[:, 7] = (mode == "tf32") & table.tensor_core
-    x[:, 8] = np.clip(np.log1p(OVERHEAD_SCALE_S / np.maximum(roofline_s, 1e-12)), 0.0, 10.0)
+    f["lowp"] = (np.isin(mode, ["bf16", "fp16", "fp8", "int8"]) & table.tensor_core) | (simt_conv & lowp_data)
+    f["tf32"] = (mode == "tf32") & table.tensor_core
+    f["log_overhead"] = np.clip(np.log1p(OVERHEAD_SCALE_S / np.maximum(roofline_s, 1e-12)), 0.0, 10.0)
     inner = np.maximum(np.minimum(nn, k), 1.0)
-    x[:, 9] = np.where(is_gemm, np.minimum(np.log2(inner / NARROW_DIM), 0.0), 0.0)
-    x[:, 10] = np.where(rowwise, np.clip(np.log2(np.maximum(row_len, 1.0) / ROW_LEN_REF), -10.0, 10.0), 0.0)
-    x[:, 11] = np.where(rowwise, np.minimum(np.log2(np.maximum(rows, 1.0) / gpu.sm_count), 0.0), 0.0)
-    x[:, 12] = table.permuted & ~table.tensor_core
+    f["log_narrow"] = np.where(is_gemm, np.minimum(np.log2(inner / NARROW_DIM), 0.0), 0.0)
+    f["log_row_len"] = np.where(rowwise, np.clip(np.log2(np.maximum(row_len, 1.0) / ROW_LEN_REF), -10.0, 10.0), 0.0)
+    f["log_row_fill"] = np.where(rowwise, np.minimum(np.log2(np.maximum(rows, 1.0) / gpu.sm_count), 0.0), 0.0)
+    f["permuted"] = table.permuted & ~table.tensor_core
     # How much of the counted work a causal kernel is priced to skip: per skipped FLOP a kernel saves less
     # than a FLOP's time (diagonal tiles are computed whole, each query tile pays a fixed epilogue).
     kept = np.divide(work_flops, table.flops, out=np.ones(n), where=table.flops > 0)
-    x[:, 13] = np.log(np.clip(kept, 1e-3, 1.0))
-    x[:, 14] = np.log2(np.maximum(table.window, 1.0))
+    f["log_work_kept"] = np.log(np.clip(kept, 1e-3, 1.0))
+    f["log_window"] = np.log2(np.maximum(table.window, 1.0))
     # cuDNN's NHWC depthwise kernels beat PyTorch's NCHW ones by ~4x in 16-bit but by a shape-dependent
     # 0.3-3.4x in tf32 (benchmarks/kernel_facts.py), so the memory format enters per data precision.
-    x[:, 15] = table.channels_last & lowp_data
-    x[:, 16] = table.channels_last & ~lowp_data
+    f["nhwc_lowp"] = table.channels_last & lowp_data
+    f["nhwc_fp32"] = table.channels_last & ~lowp_data
     # A flash-attention tile's work per byte loaded grows with the head dimension (its GEMMs' K).
     attention = table.category == "attention"
-    x[:, 17] = np.where(attention, np.clip(np.log2(np.maximum(k, 1.0) / HEAD_DIM_REF), -3.0, 1.0), 0.0)
+    f["log_head_dim"] = np.where(attention, np.clip(np.log2(np.maximum(k, 1.0) / HEAD_DIM_REF), -3.0, 1.0), 0.0)
     row_time = np.ceil(np.maximum(rows, 1.0) / gpu.sm_count) * ROW_OVERHEAD_S
-    x[:, 18] = np.where(rowwise & (table.category == "norm"),
-                        np.clip(np.log1p(row_time / np.maximum(roofline_s, 1e-12)), 0.0, 10.0), 0.0)
-    x[:, 19] = table.mixed_dtypes & ~table.tensor_core
-    x[:, 20] = table.broadcast & ~table.tensor_core
-    return x
+    f["log_row_overhead"] = np.where(rowwise & (table.category == "norm"),
+                                     np.clip(np.log1p(row_time / np.maximum(roofline_s, 1e-12)), 0.0, 10.0), 0.0)
+    f["mixed_dtypes"] = table.mixed_dtypes & ~table.tensor_core
+    f["broadcast"] = table.broadcast & ~table.tensor_core
+    # PyTorch's row kernels (layer norm, softmax) load a row ROW_VECTOR elements at a time; other row
+    # lengths take unvectorised kernels, 2-5x slower (suite: layernorm_*_d50, _d75). Set for every
+    # row-wise node; fits whose rows never have it (batch norm) give it no coefficient.
+    f["odd_rows"] = rowwise & (np.mod(row_len, ROW_VECTOR) != 0)
+    return np.column_stack([np.broadcast_to(np.asarray(f[name], dtype=float), (n,)) for name in RESIDUAL_FEATURES])
 
 
 def fit_keys(table: NodeTable, mode: np.ndarray, available: Iterable[str]) -> np.ndarray:
@@ -227,10 +255,12 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
     latency = np.where(active, table.kernels * lat_per_kernel, 0.0)
     corrected = np.where(active, roof * np.exp(log_eff), 0.0)
-    device = latency + corrected
+    power = overlap_power(table.category)
+    device = with_latency(latency, corrected, power)
     bound = np.where(~active, "none", np.where(latency > corrected, "latency",
                                                 np.where(compute >= memory, "compute", "memory")))
-    share = np.divide(corrected, device, out=np.zeros_like(device), where=device > 0)
+    # d log(device) / d log(corrected): how much of the fit's uncertainty reaches the node's time
+    share = np.divide(corrected ** power, device ** power, out=np.zeros_like(device), where=device > 0)
     times = DeviceTimes(compute, memory, roof, latency, device,
                         log_sd=share * np.sqrt(coef_var + resid_var), coef_sd=share * np.sqrt(coef_var),
                         peak_flops=peak, effective_mode=mode, work_flops=work, bound=bound, features=x)
