@@ -5,8 +5,9 @@
 Reads data/calibration/<GPU>.jsonl (single-op benchmarks) and data/kernels/H100-SXM-training.jsonl
 (per-kernel profiles of whole steps) and prints, per GPU: causal / non-causal SDPA time ratios and how
 well `executed_flops` prices them, transposing-copy and cast bandwidth, NHWC / NCHW depthwise
-convolution time ratios, the mixed-dtype add against a same-dtype one, and the share of VGG-16's bf16
-inference spent in the broadcast bias adds after its convolutions.
+convolution time ratios, the mixed-dtype add against a same-dtype one, layer norms over rows that are
+not a multiple of 4 elements, casts that write more than they read, RNN elapsed against device-busy
+time, and the share of VGG-16's bf16 inference spent in the broadcast bias adds after its convolutions.
 """
 from __future__ import annotations
 
@@ -76,6 +77,27 @@ def mixed_add(rows: dict[str, dict]) -> str:
     return f"bf16 + fp32 elementwise over 20 us: {min(ratios):.2f}-{max(ratios):.2f}x the bf16 + bf16 time"
 
 
+def odd_rows(rows: dict[str, dict]) -> str:
+    out = []
+    for mode in ("fp32", "bf16"):
+        per_elem = {d: _us(rows[f"layernorm_fwd_{mode}_t16384_d{d}"]) / (16384 * d) for d in (50, 64)}
+        out.append(f"{mode} {per_elem[50] / per_elem[64]:.1f}x")
+    return "layer norm over 16384 rows, time per element with 50 vs 64 elements per row: " + ", ".join(out)
+
+
+def write_heavy_casts(rows: dict[str, dict]) -> str:
+    ratios = [_us(r) / _us(rows[n.replace("bf16_to_fp32", "fp32_to_bf16")]) for n, r in rows.items()
+              if n.startswith("cast_bf16_to_fp32") and _us(r) > 10 and n.replace("bf16_to_fp32", "fp32_to_bf16") in rows]
+    return (f"bf16->fp32 cast (2 B read, 4 B written per element) over 10 us: {min(ratios):.2f}-{max(ratios):.2f}x "
+            f"the fp32->bf16 time")
+
+
+def rnn_gaps(rows: dict[str, dict]) -> str:
+    ratios = [r["time_ms_median"] / r["busy_ms"] for r in rows.values() if r.get("busy_ms")]
+    return (f"RNN benchmarks: elapsed / device-busy {min(ratios):.2f}-{max(ratios):.2f} "
+            f"(median {statistics.median(ratios):.2f}, n={len(ratios)})")
+
+
 def vgg_bias_share() -> str:
     path = REPO / "data" / "kernels" / "H100-SXM-training.jsonl"
     for line in path.read_text().splitlines():
@@ -93,7 +115,8 @@ def main() -> None:
     for gpu in GPUS:
         rows = _rows(gpu)
         print(f"== {gpu}")
-        for line in (causal_pairs(gpu, rows), copies(rows), nhwc_depthwise(rows), mixed_add(rows)):
+        for line in (causal_pairs(gpu, rows), copies(rows), nhwc_depthwise(rows), mixed_add(rows),
+                     odd_rows(rows), write_heavy_casts(rows), rnn_gaps(rows)):
             print("  " + line)
     print(vgg_bias_share())
 

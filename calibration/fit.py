@@ -25,7 +25,7 @@ from scipy.optimize import lsq_linear
 
 from estimator.catalog import GPUSpec, get_gpu
 from estimator.errors import ProfileError
-from estimator.price.device_time import device_times, fit_keys, overlap_power, within_fit_range, work_after_latency
+from estimator.price.device_time import device_times, fit_keys, within_fit_range
 from estimator.price.host_timeline import launch_costs
 from estimator.price.node_table import NodeTable
 from estimator.price.power import voltage_ratio
@@ -201,10 +201,9 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
         if total_roof <= 0:
             continue
         measured = measured_device_s(r)
+        after_latency = max(measured - float(table.kernels.sum()) * latency_s, MIN_RESIDUAL_SHARE * measured)
         cats = table.category
         dominant = max(set(cats.tolist()), key=lambda c: roof[cats == c].sum())
-        after_latency = max(work_after_latency(measured, float(table.kernels.sum()) * latency_s,
-                                               float(overlap_power(dominant)[0])), MIN_RESIDUAL_SHARE * measured)
         # Features describe the fit's own nodes: a side node of another category (an RNN benchmark's
         # loss reduction) is priced by its own fit and must not lend this one its shape features.
         own = np.where(cats == dominant, roof, 0.0)

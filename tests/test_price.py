@@ -351,6 +351,10 @@ def test_layout_and_window_features():
     g = _features_of([{**base, "op": "aten.add_.Tensor", "category": "elementwise", "broadcast": True,
                        "mixed_dtypes": True}, {**conv, "mixed_dtypes": True}])
     assert list(g["broadcast"]) == [1.0, 0.0] and list(g["mixed_dtypes"]) == [1.0, 0.0]  # tensor-core ops: no
+    # bytes written over bytes moved, centred, for streaming ops only: a widening cast writes more
+    h = _features_of([{**base, "op": "aten._to_copy.default", "bytes_read": 2e6, "bytes_written": 4e6}, base,
+                      {**conv, "bytes_read": 1e6, "bytes_written": 3e6}])
+    assert h["write_share"][0] == pytest.approx(4 / 6 - 0.5) and list(h["write_share"][1:]) == [0.0, 0.0]
 
 
 def test_head_dim_and_row_overhead_features():
@@ -383,16 +387,6 @@ def test_host_paced_node_overlaps_its_launches():
     # A later node still waits for the earlier one's device work.
     two = simulate(np.array([1e-3, 1e-4]), np.array([2e-3, 1e-5]), np.array([1.9e-3, 0.0]), np.array([100, 1]))
     assert two.end_s[1] == pytest.approx(2e-3 + 1e-5 + 1e-4)
-
-
-def test_latency_overlap_power_and_its_inverse():
-    from estimator.price.device_time import overlap_power, with_latency, work_after_latency
-    assert overlap_power(np.array(["matmul", "elementwise", "copy", "rnn"])).tolist() == [1.0, 2.0, 2.0, 1.0]
-    lat, work = np.array([2.4e-6, 2.4e-6]), np.array([1.9e-6, 1.9e-6])
-    t = with_latency(lat, work, np.array([1.0, 2.0]))
-    assert t[0] == pytest.approx(4.3e-6) and max(lat[1], work[1]) < t[1] < t[0]
-    assert work_after_latency(float(t[1]), 2.4e-6, 2.0) == pytest.approx(1.9e-6)
-    assert work_after_latency(2e-6, 2.4e-6, 2.0) == 0.0  # measured below the latency: nothing left
 
 
 def test_odd_row_lengths_are_flagged_for_row_kernels():

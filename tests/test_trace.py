@@ -752,9 +752,11 @@ def test_conv_and_pool_record_their_window_and_memory_format():
     (lambda x: x.t().contiguous(), True), (lambda x: x.clone(), False),
     (lambda x: x.view(4, 8, 4, 8).permute(0, 2, 3, 1).contiguous(), True),
     (lambda x: x.to(torch.bfloat16), False), (lambda x: x.t() + 1, False),
+    # (batch, seq, heads, dim) -> (batch, heads, seq, dim): rows of `dim` stay contiguous, a plain copy
+    (lambda x: x.view(2, 16, 4, 8).transpose(1, 2).contiguous(), False),
 ])
 def test_transposing_copies_are_flagged(expr, permuted):
-    """A copy that reads one memory order and writes another cannot coalesce both sides."""
+    """A copy whose input and output differ in their innermost memory dimension cannot coalesce both sides."""
     class Fn(torch.nn.Module):
         def forward(self, x):
             return expr(x)

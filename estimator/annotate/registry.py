@@ -221,15 +221,18 @@ def layout_order(t: torch.Tensor) -> tuple[int, ...] | None:
 
 
 def is_permuted(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> bool:
-    """Whether an input of an output's shape is laid out in a different memory order from it."""
+    """Whether an input of an output's shape has a different innermost dimension in memory: the op
+    transposes elements (NCHW -> NHWC, a matrix transpose). Permuting only outer dimensions, as the
+    (batch, seq, heads, dim) <-> (batch, heads, seq, dim) copies around attention do, moves whole
+    contiguous rows and streams like a plain copy."""
     for out in outputs:
         order = layout_order(out)
-        if order is None:
+        if not order:
             continue
         for t in inputs:
             if t.shape == out.shape and storage_key(t) != storage_key(out):
                 other = layout_order(t)
-                if other is not None and other != order:
+                if other and other[-1] != order[-1]:
                     return True
     return False
 

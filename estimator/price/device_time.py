@@ -14,6 +14,7 @@ from typing import Iterable
 
 import numpy as np
 
+from ..annotate.registry import LAYOUT_SENSITIVE_CATEGORIES
 from ..catalog import GPUSpec
 from ..profile import RESIDUAL_FEATURES, Profile, ResidualFit, mode_key
 from .node_table import NodeTable, map_values
@@ -44,12 +45,6 @@ NARROW_DIM = 64
 ROW_LEN_REF = 1024
 ROW_OVERHEAD_S = 1e-7
 ROW_VECTOR = 4
-# Back-to-back streaming kernels overlap one's launch with the previous one's tail: a 1M-element cast
-# takes ~3.1 us on an H100 where its 2.4 us launch latency plus its 1.9 us of DRAM traffic add to
-# 4.3 us. A node's time is the p-norm of latency and work time (p = 1: additive, p -> inf: max).
-# p = 2 for elementwise ops and copies (5-fold cross-validation over the suite: median error 10.9 ->
-# 7.8 % elementwise, 23 -> 22 % copies on the H100); GEMMs, reductions, RNN steps fit best additive.
-LATENCY_OVERLAP_POWER = {"elementwise": 2.0, "copy": 2.0}
 # The fitted correction never makes an op faster than its roofline at catalogue peaks (a physical
 # bound for DRAM-resident data), nor more than 500x slower (a one-row layer norm of a few KB takes ~100x its
 # roofline; fits stay inside their data's feature range in any case).
@@ -74,22 +69,6 @@ class DeviceTimes:
     work_flops: np.ndarray            # FLOP the kernels spend time on (see executed_flops)
     bound: np.ndarray                 # "compute" | "memory" | "latency" | "none"
     features: np.ndarray              # (n, len(RESIDUAL_FEATURES)) residual regressors, all of them
-
-
-def overlap_power(category: np.ndarray | str) -> np.ndarray:
-    """LATENCY_OVERLAP_POWER per node category (1 where not listed)."""
-    return map_values(np.atleast_1d(np.asarray(category)), LATENCY_OVERLAP_POWER, 1.0)
-
-
-def with_latency(latency_s: np.ndarray, work_s: np.ndarray, power: np.ndarray) -> np.ndarray:
-    """A node's device time (s) from its launch latency and the time its work takes: their p-norm,
-    between the sum (p = 1, nothing hidden) and max() (p -> inf, latency fully hidden)."""
-    return (latency_s ** power + work_s ** power) ** (1.0 / power)
-
-
-def work_after_latency(measured_s: float, latency_s: float, power: float) -> float:
-    """The inverse of with_latency: the work time (s) a measured time leaves after its latency (0 if none)."""
-    return max(measured_s ** power - latency_s ** power, 0.0) ** (1.0 / power)
 
 
 def effective_math_modes(table: NodeTable, gpu: GPUSpec) -> tuple[np.ndarray, list[str]]:
@@ -187,9 +166,13 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     f["mixed_dtypes"] = table.mixed_dtypes & ~table.tensor_core
     f["broadcast"] = table.broadcast & ~table.tensor_core
     # PyTorch's row kernels (layer norm, softmax) load a row ROW_VECTOR elements at a time; other row
-    # lengths take unvectorised kernels, 2-5x slower (suite: layernorm_*_d50, _d75). Set for every
+    # lengths take unvectorised kernels, 4.5-5.6x the time per element (benchmarks/kernel_facts.py). Set for every
     # row-wise node; fits whose rows never have it (batch norm) give it no coefficient.
     f["odd_rows"] = rowwise & (np.mod(row_len, ROW_VECTOR) != 0)
+    # DRAM writes cost more than reads: a bf16 -> fp32 cast (2 bytes read, 4 written per element) takes
+    # 1.3-2.0x as long as fp32 -> bf16 (4 read, 2 written; benchmarks/kernel_facts.py). 0 for read = write.
+    streaming = np.isin(table.category, list(LAYOUT_SENSITIVE_CATEGORIES))
+    f["write_share"] = np.where(streaming, table.bytes_written / np.maximum(table.bytes, 1.0) - 0.5, 0.0)
     return np.column_stack([np.broadcast_to(np.asarray(f[name], dtype=float), (n,)) for name in RESIDUAL_FEATURES])
 
 
@@ -255,12 +238,10 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
     latency = np.where(active, table.kernels * lat_per_kernel, 0.0)
     corrected = np.where(active, roof * np.exp(log_eff), 0.0)
-    power = overlap_power(table.category)
-    device = with_latency(latency, corrected, power)
+    device = latency + corrected
     bound = np.where(~active, "none", np.where(latency > corrected, "latency",
                                                 np.where(compute >= memory, "compute", "memory")))
-    # d log(device) / d log(corrected): how much of the fit's uncertainty reaches the node's time
-    share = np.divide(corrected ** power, device ** power, out=np.zeros_like(device), where=device > 0)
+    share = np.divide(corrected, device, out=np.zeros_like(device), where=device > 0)
     times = DeviceTimes(compute, memory, roof, latency, device,
                         log_sd=share * np.sqrt(coef_var + resid_var), coef_sd=share * np.sqrt(coef_var),
                         peak_flops=peak, effective_mode=mode, work_flops=work, bound=bound, features=x)

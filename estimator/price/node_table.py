@@ -30,6 +30,7 @@ class NodeTable:
     flops: np.ndarray         # FLOP (torch's count)
     flops_skipped: np.ndarray # FLOP counted in `flops` that a causal kernel skips
     bytes: np.ndarray         # bytes read + written
+    bytes_written: np.ndarray
     kernels: np.ndarray       # CUDA kernels launched
     gemm: np.ndarray          # (n, 4): M, N, K, batch
     rowwise: np.ndarray       # (n, 2): independent rows, elements per row (row-wise ops; else 0)
@@ -65,6 +66,7 @@ class NodeTable:
             flops=np.asarray(col("flops"), dtype=float),
             flops_skipped=np.asarray(col("flops_skipped", 0.0), dtype=float),
             bytes=np.asarray(col("bytes_read"), dtype=float) + np.asarray(col("bytes_written"), dtype=float),
+            bytes_written=np.asarray(col("bytes_written"), dtype=float),
             kernels=np.asarray(col("kernels", 1), dtype=float),
             gemm=np.asarray([[r.get("gemm_m", 0), r.get("gemm_n", 0), r.get("gemm_k", 0), r.get("gemm_batch", 1)]
                              for r in rows], dtype=float).reshape(len(rows), 4),
