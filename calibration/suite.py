@@ -520,8 +520,10 @@ def _reduction(out: list[Benchmark]) -> None:
             for r, c in [(4096, 1024), (16384, 4096), (8 * 16 * 512, 512), (8192, 50257), (128, 128),
                          (65536, 64), (2048, 2048), (512, 32000),
                          # rows that are not a multiple of 4: eager attention over ViT's 197 tokens
-                         (64 * 12 * 197, 197), (4096, 1001), (8192, 77)]:
-                if mode == "bf16" and opname == "log_softmax" and c != 50257:
+                         (64 * 12 * 197, 197), (4096, 1001), (8192, 77),
+                         # language-model heads: rows longer than a block's shared memory
+                         (4096, 32000), (1024, 128256)]:
+                if mode == "bf16" and opname == "log_softmax" and c not in (50257, 32000, 128256):
                     continue
 
                 def leaves(device: torch.device, seed: int, i: int, r=r, c=c, dt=dt) -> tuple:
@@ -658,7 +660,13 @@ def _pool(out: list[Benchmark]) -> None:
 def _embedding(out: list[Benchmark]) -> None:
     for vocab, dim, tokens, mode in [(50257, 768, 8192, "fp32"), (32000, 4096, 8192, "bf16"), (1000, 64, 4096, "fp32"),
                                      (250000, 1024, 2048, "bf16"), (30522, 768, 512 * 32, "fp32"),
-                                     (50257, 768, 1, "fp32")]:
+                                     (50257, 768, 1, "fp32"),
+                                     # more widths, token counts and vocabularies, incl. a tiny vocabulary
+                                     # whose backward accumulates many tokens into each row
+                                     (30522, 1024, 8192, "bf16"), (50257, 1600, 4096, "bf16"),
+                                     (128256, 2048, 4096, "bf16"), (1000, 256, 65536, "fp32"),
+                                     (50257, 768, 512, "fp32"), (100, 512, 16384, "bf16"),
+                                     (8192, 128, 262144, "fp32"), (32000, 4096, 2048, "fp32")]:
         dt = DTYPES[mode]
         nb = tokens * dim * dt.itemsize * 2
 
