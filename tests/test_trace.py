@@ -748,21 +748,22 @@ def test_conv_and_pool_record_their_window_and_memory_format():
     assert _conv_nodes(plain, "convolution")[0]["channels_last"] is False
 
 
-@pytest.mark.parametrize("expr, permuted", [
-    (lambda x: x.t().contiguous(), True), (lambda x: x.clone(), False),
-    (lambda x: x.view(4, 8, 4, 8).permute(0, 2, 3, 1).contiguous(), True),
-    (lambda x: x.to(torch.bfloat16), False), (lambda x: x.t() + 1, False),
-    # (batch, seq, heads, dim) -> (batch, heads, seq, dim): rows of `dim` stay contiguous, a plain copy
-    (lambda x: x.view(2, 16, 4, 8).transpose(1, 2).contiguous(), False),
+@pytest.mark.parametrize("expr, run_bytes", [
+    (lambda x: x.t().contiguous(), 4), (lambda x: x.clone(), 0),
+    (lambda x: x.view(4, 8, 4, 8).permute(0, 2, 3, 1).contiguous(), 4),
+    (lambda x: x.to(torch.bfloat16), 0), (lambda x: x.t() + 1, 0),
+    # (batch, seq, heads, dim) -> (batch, heads, seq, dim): rows of `dim` (8 fp32 elements) stay contiguous
+    (lambda x: x.view(2, 16, 4, 8).transpose(1, 2).contiguous(), 32),
 ])
-def test_transposing_copies_are_flagged(expr, permuted):
-    """A copy whose input and output differ in their innermost memory dimension cannot coalesce both sides."""
+def test_transposing_copies_are_flagged(expr, run_bytes):
+    """A copy that reads one memory order and writes another records the contiguous run it can move
+    at a time: one element for a real transpose, whose one side cannot be coalesced."""
     class Fn(torch.nn.Module):
         def forward(self, x):
             return expr(x)
     graph = trace(Fn(), (torch.empty(32, 32),))
     (node,) = [d for _, d in graph.nodes(data=True) if not d["free"]]
-    assert node["permuted"] is permuted
+    assert node["permuted"] is (run_bytes > 0) and node["permuted_run_bytes"] == run_bytes
 
 
 def test_causal_attention_records_the_skipped_tiles():
@@ -823,3 +824,17 @@ def test_mixed_dtype_and_broadcast_flags():
     add, mul = [d for _, d in graph.nodes(data=True) if not d["free"]]
     assert (add["mixed_dtypes"], add["broadcast"]) == (True, False)
     assert (mul["mixed_dtypes"], mul["broadcast"]) == (False, True)
+
+
+def test_embedding_lookups_record_one_row_per_index():
+    class Lookup(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Embedding(1000, 64)
+
+        def forward(self, idx):
+            return self.table(idx)
+    graph = trace(Lookup(), (torch.zeros(8, 32, dtype=torch.long),), mode="training")
+    nodes = {d["op"]: d for _, d in graph.nodes(data=True) if d.get("category") == "embedding"}
+    for op in ("aten.embedding.default", "aten.embedding_dense_backward.default"):
+        assert (nodes[op]["row_count"], nodes[op]["row_len"]) == (8 * 32, 64), op

@@ -423,7 +423,11 @@ def _gather(category: str):
         indices = [t for t in call.inputs if id(t) not in keys]
         written = unique_bytes(call.outputs)
         read = min(unique_bytes(source), written) + unique_bytes(indices)
-        return Cost(0.0, read, written, category)
+        # Rows: one per index, as long as the output per index (a row of the table for a lookup); the
+        # row length decides how well each gathered row coalesces.
+        rows = sum(t.numel() for t in indices)
+        n_out = sum(t.numel() for t in call.outputs)
+        return Cost(0.0, read, written, category, rows=rows if n_out else 0, row_len=n_out // max(rows, 1))
     return formula
 
 
@@ -433,9 +437,11 @@ register_cost(*iter_ops(["index_select", "gather", "index", "_unsafe_index"]))(_
 
 @register_cost(*iter_ops(["embedding_dense_backward", "_embedding_bag_backward", "_embedding_bag_dense_backward"]))
 def _embedding_backward(call: OpCall) -> Cost:
-    grad = call.args[0]
+    grad, indices = call.args[0], call.args[1]
     # Scatter-add of every gradient row into the weight gradient, which is zeroed first.
-    return generic_cost(call, category="embedding", flops=float(grad.numel()), kernels=2)
+    cost = generic_cost(call, category="embedding", flops=float(grad.numel()), kernels=2)
+    rows = indices.numel()
+    return replace(cost, rows=rows, row_len=grad.numel() // max(rows, 1))
 
 
 register_cost(*iter_ops([
