@@ -37,9 +37,8 @@ class Cost:
     flops_skipped: FLOPs counted in `flops` (torch's convention, so totals agree with FlopCounterMode)
         that the kernel never computes: a causal attention kernel skips the tiles above the diagonal.
         Time is priced on flops - flops_skipped.
-    permuted_run_bytes: the op reads an input in a different memory order from the one it writes (a
-        transpose, NCHW -> NHWC, a head or channel shuffle): the contiguous run it can copy at a time,
-        in bytes (one element for a real transpose, whose one side cannot be coalesced); 0 otherwise.
+    permuted: the op reads an input in a different memory order from the one it writes (a transpose or
+        a layout change such as NCHW -> NHWC), so one side of the copy cannot be coalesced.
     window: for sliding-window ops (convolution, pooling) the kernel's spatial area (3x3 -> 9), 0
         otherwise. A 1x1 convolution is a plain GEMM; a larger window gathers its operand (implicit
         im2col) and re-reads each input element window/stride^2 times.
@@ -64,7 +63,7 @@ class Cost:
     supported: bool = True
     host_only: bool = False
     flops_skipped: float = 0.0
-    permuted_run_bytes: int = 0
+    permuted: bool = False
     window: int = 0
     channels_last: bool = False
     mixed_dtypes: bool = False
@@ -221,26 +220,8 @@ def layout_order(t: torch.Tensor) -> tuple[int, ...] | None:
     return tuple(sorted(dims, key=lambda d: -t.stride(d)))
 
 
-def contiguous_run(a: torch.Tensor, b: torch.Tensor) -> int:
-    """Elements that stay contiguous and in the same order in both `a` and `b` (same shape): the
-    longest run a copy between them can move without scattering. Equal layouts: all of them."""
-    order_a, order_b = layout_order(a), layout_order(b)
-    if order_a is None or order_b is None:
-        return 0
-    run = 1
-    for da, db in zip(reversed(order_a), reversed(order_b)):
-        if da != db or a.stride(da) != run or b.stride(db) != run:
-            break
-        run *= a.shape[da]
-    return run
-
-
-def permuted_run_bytes(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> int:
-    """0 when no input of an output's shape is laid out in another memory order than it; else the
-    shortest contiguous run in bytes between such an input and the output: an element for a real
-    transpose (NCHW -> NHWC), a whole row for a permutation of outer dimensions (the head transposes
-    around attention), h x w elements for a channel shuffle."""
-    shortest = 0
+def is_permuted(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> bool:
+    """Whether an input of an output's shape is laid out in a different memory order from it."""
     for out in outputs:
         order = layout_order(out)
         if order is None:
@@ -249,9 +230,8 @@ def permuted_run_bytes(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) 
             if t.shape == out.shape and storage_key(t) != storage_key(out):
                 other = layout_order(t)
                 if other is not None and other != order:
-                    run = max(contiguous_run(t, out), 1) * t.element_size()
-                    shortest = run if not shortest else min(shortest, run)
-    return shortest
+                    return True
+    return False
 
 
 def generic_cost(call: "OpCall", *, category: str, flops: float = 0.0, supported: bool = True,
@@ -260,8 +240,7 @@ def generic_cost(call: "OpCall", *, category: str, flops: float = 0.0, supported
     inputs, outputs = call.inputs, call.outputs
     streaming = category in LAYOUT_SENSITIVE_CATEGORIES
     return Cost(float(flops), unique_bytes(inputs), unique_bytes(outputs), category,
-                supported=supported, kernels=kernels,
-                permuted_run_bytes=permuted_run_bytes(inputs, outputs) if streaming else 0,
+                supported=supported, kernels=kernels, permuted=streaming and is_permuted(inputs, outputs),
                 mixed_dtypes=has_mixed_dtypes(inputs), broadcast=streaming and is_broadcast(inputs, outputs))
 
 

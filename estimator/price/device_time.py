@@ -45,7 +45,6 @@ NARROW_DIM = 64
 ROW_LEN_REF = 1024
 ROW_OVERHEAD_S = 1e-7
 ROW_VECTOR = 4
-RUN_LINE_BYTES = 128.0
 # The fitted correction never makes an op faster than its roofline at catalogue peaks (a physical
 # bound for DRAM-resident data), nor more than 500x slower (a one-row layer norm of a few KB takes ~100x its
 # roofline; fits stay inside their data's feature range in any case).
@@ -149,10 +148,6 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     f["log_row_len"] = np.where(rowwise, np.clip(np.log2(np.maximum(row_len, 1.0) / ROW_LEN_REF), -10.0, 10.0), 0.0)
     f["log_row_fill"] = np.where(rowwise, np.minimum(np.log2(np.maximum(rows, 1.0) / gpu.sm_count), 0.0), 0.0)
     f["permuted"] = table.permuted & ~table.tensor_core
-    # How scattered a permuting copy is: log2 of its contiguous run against a 128-byte cache line
-    # (-5 for a 4-byte transpose, 0 for runs of a line or more, as when only outer dimensions move).
-    run = np.clip(table.permuted_run_bytes, 1.0, RUN_LINE_BYTES) / RUN_LINE_BYTES
-    f["log_run"] = np.where(table.permuted & ~table.tensor_core & (table.permuted_run_bytes > 0), np.log2(run), 0.0)
     # How much of the counted work a causal kernel is priced to skip: per skipped FLOP a kernel saves less
     # than a FLOP's time (diagonal tiles are computed whole, each query tile pays a fixed epilogue).
     kept = np.divide(work_flops, table.flops, out=np.ones(n), where=table.flops > 0)

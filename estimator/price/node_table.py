@@ -35,7 +35,6 @@ class NodeTable:
     gemm: np.ndarray          # (n, 4): M, N, K, batch
     rowwise: np.ndarray       # (n, 2): independent rows, elements per row (row-wise ops; else 0)
     permuted: np.ndarray      # bool: reads an input in another memory order than it writes (transposing copy)
-    permuted_run_bytes: np.ndarray  # contiguous bytes such a copy moves at a time (0: not permuted)
     window: np.ndarray        # sliding-window area of convolutions and pooling (kh * kw); 0 otherwise
     channels_last: np.ndarray # bool: a convolution on NHWC-stored activations
     mixed_dtypes: np.ndarray  # bool: reads floating tensors of more than one dtype
@@ -74,7 +73,6 @@ class NodeTable:
             rowwise=np.asarray([[r.get("row_count", 0), r.get("row_len", 0)] for r in rows],
                                dtype=float).reshape(len(rows), 2),
             permuted=np.asarray(col("permuted", False), dtype=bool),
-            permuted_run_bytes=np.asarray(col("permuted_run_bytes", 0), dtype=float),
             window=np.asarray(col("window", 0), dtype=float),
             channels_last=np.asarray(col("channels_last", False), dtype=bool),
             mixed_dtypes=np.asarray(col("mixed_dtypes", False), dtype=bool),
