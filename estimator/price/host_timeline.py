@@ -78,9 +78,9 @@ def simulate(device_s: np.ndarray, host_s: np.ndarray, spread_s: np.ndarray | No
     per_kernel = device_s / np.maximum(kernels, 1) if kernels is not None else device_s
     issue = np.cumsum(host_s)
     busy = np.cumsum(device_s)
-    before = busy - device_s
     # A node ends at the latest of: previous end + its time, first launch + its time, last launch +
-    # its last kernel. end_i = max(end_{i-1} + d_i, c_i) unrolls to busy_i + max_{j<=i}(c_j - busy_j).
+    # its last kernel. end_i = max(end_{i-1} + d_i, c_i) unrolls to busy_i + max_{j<=i}(c_j - busy_j),
+    # clipped at busy_i (the device is free at t = 0).
     ready = np.maximum(issue - spread + device_s, issue + per_kernel)
     end = busy + np.maximum(np.maximum.accumulate(ready - busy), 0.0)
     start = end - device_s
