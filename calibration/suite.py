@@ -698,16 +698,12 @@ def _embedding(out: list[Benchmark]) -> None:
 
 
 def _copy(out: list[Benchmark]) -> None:
-    for n in _NUMELS:
-        def build(device: torch.device, seed: int, n=n) -> Built:
-            return _simple(lambda x: x.to(torch.bfloat16), [(_d(n, device, 1024),)], [torch.float32])(device, seed)
-        out.append(Benchmark(f"cast_fp32_to_bf16_n{n}", "copy", {"op": "to_bf16", "dtype": "fp32", "numel": n},
-                             build, est_ms=_est(0, 6.0 * n)))
-    for n in _NUMELS[1::2]:
-        def build(device: torch.device, seed: int, n=n) -> Built:
-            return _simple(lambda x: x.to(torch.float32), [(_d(n, device, 1024),)], [torch.bfloat16])(device, seed)
-        out.append(Benchmark(f"cast_bf16_to_fp32_n{n}", "copy", {"op": "to_fp32", "dtype": "bf16", "numel": n},
-                             build, est_ms=_est(0, 6.0 * n)))
+    for src, dst, numels in [("fp32", "bf16", _NUMELS), ("bf16", "fp32", _NUMELS), ("fp32", "fp16", _NUMELS[::2])]:
+        for n in numels:
+            def build(device: torch.device, seed: int, n=n, src=DTYPES[src], dst=DTYPES[dst]) -> Built:
+                return _simple(lambda x: x.to(dst), [(_d(n, device, 1024),)], [src])(device, seed)
+            out.append(Benchmark(f"cast_{src}_to_{dst}_n{n}", "copy", {"op": f"to_{dst}", "dtype": src, "numel": n},
+                                 build, est_ms=_est(0, 6.0 * n)))
     for r, c in [(1024, 1024), (4096, 4096), (8192, 8192), (1000, 3001), (64, 65536)]:
         def build(device: torch.device, seed: int, r=r, c=c) -> Built:
             return _simple(lambda x: x.t().contiguous(), [(_d(r, device), _d(c, device))], [torch.float32])(
@@ -732,7 +728,7 @@ def _copy(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"heads_transpose_{mode}_b{b}_s{sq}_h{h}_d{d}", "copy",
                                  {"op": "transpose_contiguous", "dtype": mode, "batch": b, "seq": sq, "heads": h,
                                   "dim": d}, build_heads, est_ms=_est(0, 2.0 * DTYPES[mode].itemsize * b * sq * h * d)))
-    # channels-last conversions both ways, and the other 16-bit casts
+    # channels-last conversions both ways
     for mode, src, perm in [("fp32", "nchw", (0, 2, 3, 1)), ("bf16", "nhwc", (0, 3, 1, 2))]:
         for n, c, hw in [(32, 256, 56), (128, 64, 56), (64, 512, 28)]:
             def build_perm(device: torch.device, seed: int, n=n, c=c, hw=hw, dt=DTYPES[mode], perm=perm) -> Built:
@@ -743,16 +739,6 @@ def _copy(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"{src}_to_{dst}_{mode}_n{n}_c{c}_hw{hw}", "copy",
                                  {"op": "permute_contiguous", "dtype": mode, "batch": n, "channels": c, "hw": hw},
                                  build_perm, est_ms=_est(0, 2.0 * DTYPES[mode].itemsize * n * c * hw * hw)))
-    for n in _NUMELS[::2]:
-        def build_fp16(device: torch.device, seed: int, n=n) -> Built:
-            return _simple(lambda x: x.to(torch.float16), [(_d(n, device, 1024),)], [torch.float32])(device, seed)
-        out.append(Benchmark(f"cast_fp32_to_fp16_n{n}", "copy", {"op": "to_fp16", "dtype": "fp32", "numel": n},
-                             build_fp16, est_ms=_est(0, 6.0 * n)))
-    for n in _NUMELS[::2]:
-        def build_bf(device: torch.device, seed: int, n=n) -> Built:
-            return _simple(lambda x: x.to(torch.float32), [(_d(n, device, 1024),)], [torch.bfloat16])(device, seed)
-        out.append(Benchmark(f"cast_bf16_to_fp32_n{n}", "copy", {"op": "to_fp32", "dtype": "bf16", "numel": n},
-                             build_bf, est_ms=_est(0, 6.0 * n)))
     for parts, n in [(2, 2 ** 20), (8, 2 ** 20), (2, 2 ** 24), (32, 2 ** 14), (4, 3 * 10 ** 6 + 1)]:
         def build(device: torch.device, seed: int, parts=parts, n=n) -> Built:
             return _simple(lambda *ts: torch.cat(ts, 0), [(_d(n, device, 256),)] * parts,

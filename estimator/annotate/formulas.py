@@ -440,8 +440,8 @@ def _embedding_backward(call: OpCall) -> Cost:
     grad, indices = call.args[0], call.args[1]
     # Scatter-add of every gradient row into the weight gradient, which is zeroed first.
     cost = generic_cost(call, category="embedding", flops=float(grad.numel()), kernels=2)
-    rows = indices.numel()
-    return replace(cost, rows=rows, row_len=grad.numel() // max(rows, 1))
+    # One row per index, as wide as the embedding (an embedding bag's gradient has a row per bag).
+    return replace(cost, rows=indices.numel(), row_len=_shape(grad)[-1])
 
 
 register_cost(*iter_ops([

@@ -41,12 +41,6 @@ def launch_costs(table: NodeTable, host_op_s: Mapping[str, float]) -> np.ndarray
     return np.where(table.free, 0.0, table.map_category(per_launch, generic) * np.maximum(table.kernels - 1, 0))
 
 
-def host_costs(table: NodeTable, profile: Profile, launch: str, host_scale: float = 1.0) -> np.ndarray:
-    """CPU seconds to dispatch each node (all its launches included)."""
-    lead, spread = host_parts(table, profile, launch, host_scale)
-    return lead + spread
-
-
 def host_parts(table: NodeTable, profile: Profile, launch: str, host_scale: float = 1.0) \
         -> tuple[np.ndarray, np.ndarray]:
     """CPU seconds per node before its first kernel can start, and spent on its later launches."""
