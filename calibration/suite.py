@@ -489,6 +489,26 @@ def _elementwise(out: list[Benchmark]) -> None:
                                  est_ms=_est(2.0 * n, 10.0 * n, "fp32")))
 
 
+def _activations_in_place(out: list[Benchmark]) -> None:
+    # What CNNs run on their activations: in-place activations (read and write one tensor) and ReLU's
+    # backward (threshold_backward: gradient and output in, gradient out).
+    fns = {"relu_": torch.relu_, "hardtanh_": lambda x: F.hardtanh(x, 0.0, 6.0, inplace=True),
+           "silu_": lambda x: F.silu(x, inplace=True),
+           "threshold_backward": lambda g, y: torch.ops.aten.threshold_backward(g, y, 0.0)}
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for opname, fn in fns.items():
+            arity = 2 if opname == "threshold_backward" else 1
+            numels = _NUMELS[2:] if opname in ("relu_", "threshold_backward") else _NUMELS[3::2]
+            for n in numels:
+                def build(device: torch.device, seed: int, n=n, fn=fn, arity=arity, dt=dt) -> Built:
+                    return _simple(fn, [(_d(n, device, 1024),)] * arity, [dt] * arity)(device, seed)
+                tag = opname.replace("_", "") + "inplace" if opname.endswith("_") else opname
+                out.append(Benchmark(f"ew_{tag}_{mode}_n{n}", "elementwise",
+                                     {"op": opname, "dtype": mode, "numel": n}, build,
+                                     est_ms=_est(2.0 * n, (arity + 1) * n * dt.itemsize, mode)))
+
+
 def _reduction(out: list[Benchmark]) -> None:
     shapes = [(1024, 1024), (8192, 8192), (32, 2 ** 20), (2 ** 20, 32), (4096, 50257), (64, 1000),
               (4096, 64), (64, 65536), (16384, 2048)]
@@ -562,6 +582,15 @@ def _norm(out: list[Benchmark]) -> None:
             tag = f"{mode}_n{n}_c{c}_hw{hw}"
             _fwd_bwd(out, "batchnorm", tag, "norm", "batch_norm", params, bn, leaves, 3,
                      _est(5.0 * numel, 3.0 * numel * dt.itemsize), _est(8.0 * numel, 4.0 * numel * dt.itemsize))
+
+            # Inference (running statistics): every CNN's eval-mode forward runs one per convolution.
+            def bn_eval(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, rm: torch.Tensor, rv: torch.Tensor) \
+                    -> torch.Tensor:
+                return F.batch_norm(x, rm, rv, w, b, training=False)
+            out.append(Benchmark(f"batchnorm_eval_{tag}", "norm", {"op": "batch_norm_eval", **params},
+                                 lambda device, seed, leaves=leaves, fn=bn_eval:
+                                 Built(fn, lambda i: leaves(device, seed, i)),
+                                 est_ms=_est(2.0 * numel, 2.0 * numel * dt.itemsize)))
     # layer norm over the last dim
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
@@ -835,7 +864,7 @@ def all_benchmarks(categories: Iterable[str] | None = None) -> list[Benchmark]:
     samples every op, dtype and size range of the category evenly; probes come first.
     """
     grid: list[Benchmark] = []
-    for family in (_matmul, _conv, _attention, _rnn, _elementwise, _reduction, _norm, _pool, _embedding, _copy,
+    for family in (_matmul, _conv, _attention, _rnn, _elementwise, _activations_in_place, _reduction, _norm, _pool, _embedding, _copy,
                    _optimizer, _probes):
         family(grid)
     by_cat: dict[str, list[Benchmark]] = {}
