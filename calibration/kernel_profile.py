@@ -23,8 +23,9 @@ PROFILE_ITERS = 2
 
 
 def profile_step(model: str, *, batch: int, precision: str, mode: str = "training", seq: int | None = None,
-                 image_size: int | None = None) -> dict[str, Any]:
-    """One record: the kernels of `PROFILE_ITERS` steps on the current CUDA device, per iteration (us)."""
+                 image_size: int | None = None, by_op: bool = False) -> dict[str, Any]:
+    """One record: the kernels of `PROFILE_ITERS` steps on the current CUDA device, per iteration (us);
+    by_op: also the device time per ATen op and input shapes (CPU activity recorded too)."""
     from estimator.capture.models import load_model
 
     from .validate import make_step
@@ -38,7 +39,8 @@ def profile_step(model: str, *, batch: int, precision: str, mode: str = "trainin
     for _ in range(WARMUP_ITERS):
         step()
     torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    activities = [torch.profiler.ProfilerActivity.CUDA] + ([torch.profiler.ProfilerActivity.CPU] if by_op else [])
+    with torch.profiler.profile(activities=activities, record_shapes=by_op) as prof:
         for _ in range(PROFILE_ITERS):
             step()
         torch.cuda.synchronize()
@@ -49,11 +51,22 @@ def profile_step(model: str, *, batch: int, precision: str, mode: str = "trainin
             per_kernel[event.name][1] += 1 / PROFILE_ITERS
     kernels = [{"name": name, "us_per_iter": round(us, 3), "calls_per_iter": calls}
                for name, (us, calls) in sorted(per_kernel.items(), key=lambda kv: -kv[1][0])]
+    ops = []
+    if by_op:
+        # Device time of the kernels each ATen op launched itself (a cuDNN convolution's layout transposes
+        # included), per op and input shapes: which node of the estimate to compare with.
+        for avg in prof.key_averages(group_by_input_shape=True):
+            if avg.self_device_time_total > 0 and avg.key.startswith("aten::"):
+                ops.append({"op": avg.key, "shapes": str(avg.input_shapes),
+                            "us_per_iter": round(avg.self_device_time_total / PROFILE_ITERS, 3),
+                            "calls_per_iter": avg.count / PROFILE_ITERS})
+        ops.sort(key=lambda o: -o["us_per_iter"])
     return {"schema": "gpuest.kernel-profile/1", "model": model, "batch": batch, "mode": mode,
             "precision": precision, "seq": seq, "image_size": image_size, "gpu": torch.cuda.get_device_name(),
             "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "kernel_sum_ms": round(sum(k["us_per_iter"] for k in kernels) / 1e3, 4), "kernels": kernels}
+            "kernel_sum_ms": round(sum(k["us_per_iter"] for k in kernels) / 1e3, 4), "kernels": kernels,
+            **({"ops": ops} if by_op else {})}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,12 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seq", type=int)
     p.add_argument("--image-size", type=int)
     p.add_argument("--out", type=Path, required=True, help="JSON lines file; the record is appended")
+    p.add_argument("--by-op", action="store_true",
+                   help="also attribute device time to ATen ops and their input shapes")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("kernel_profile needs a CUDA GPU", file=sys.stderr)
         return 2
     record = profile_step(args.model, batch=args.batch, precision=args.precision, mode=args.mode, seq=args.seq,
-                          image_size=args.image_size)
+                          image_size=args.image_size, by_op=args.by_op)
     record["command"] = " ".join(["python3 -m calibration.kernel_profile", *(argv or sys.argv[1:])])
     with args.out.open("a") as f:
         f.write(json.dumps(record) + "\n")
