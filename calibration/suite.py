@@ -239,6 +239,11 @@ _CONV_LAYERS = [
     (256, 256, 56, 3, 1, 32), (96, 200, 33, 5, 1, 1),
     # dense layers of wide CNNs (VGG/ResNet stages), which dominate large-batch training
     (64, 128, 112, 3, 1, 1), (256, 256, 56, 3, 1, 1), (512, 512, 28, 3, 1, 1), (128, 512, 28, 1, 1, 1),
+    # strided 1x1 projections of residual blocks (ResNet/ResNeXt/RegNet downsampling): no plain GEMM, and
+    # cuDNN transposes the whole NCHW input for a quarter of it; and the 3x3 stride-2 stem of
+    # MobileNet/EfficientNet/RegNet, whose 3 input channels a tensor-core kernel pads
+    (64, 128, 56, 1, 2, 1), (128, 256, 28, 1, 2, 1), (256, 512, 56, 1, 2, 1), (512, 1024, 28, 1, 2, 1),
+    (1024, 2048, 14, 1, 2, 1), (3, 32, 224, 3, 2, 1),
 ]
 
 
