@@ -92,6 +92,19 @@ def write_heavy_casts(rows: dict[str, dict]) -> str:
             f"the fp32->bf16 time")
 
 
+def rgb_stems(rows: dict[str, dict]) -> str:
+    """3-input-channel convolutions: bf16 time over TF32 time for the same shape (1.0 at twice the peak:
+    the channels are padded to 8 in bf16, to 4 in TF32)."""
+    ratios = []
+    for name, row in rows.items():
+        if "_bf16_c3_" in name and name.startswith("conv2d_fwd"):
+            other = rows.get(name.replace("_bf16_", "_tf32_"))
+            if other and not name.endswith("_n1"):
+                ratios.append(_us(row) / _us(other))
+    return (f"3-channel stems, forward, batch >= 32: bf16 / TF32 time {min(ratios):.2f}-{max(ratios):.2f} "
+            f"(n={len(ratios)})") if ratios else "no 3-channel stem pairs"
+
+
 def rnn_gaps(rows: dict[str, dict]) -> str:
     ratios = [r["time_ms_median"] / r["busy_ms"] for r in rows.values() if r.get("busy_ms")]
     return (f"RNN benchmarks: elapsed / device-busy {min(ratios):.2f}-{max(ratios):.2f} "
@@ -111,14 +124,26 @@ def vgg_bias_share() -> str:
     return "VGG-16 kernel profile not found"
 
 
+def layout_transform_shares() -> str:
+    """cuDNN's NCHW<->NHWC transposes around tensor-core convolutions, as a share of each profiled step."""
+    path = REPO / "data" / "kernels" / "H100-SXM-training.jsonl"
+    shares = []
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        us = sum(k["us_per_iter"] for k in r["kernels"] if "nchwToNhwc" in k["name"] or "nhwcToNchw" in k["name"])
+        shares.append(f"{r['model']} {r['mode']} {r['precision']} {100 * us / 1e3 / r['kernel_sum_ms']:.1f} %")
+    return "cuDNN layout transposes, share of kernel time per step (H100): " + "; ".join(shares)
+
+
 def main() -> None:
     for gpu in GPUS:
         rows = _rows(gpu)
         print(f"== {gpu}")
         for line in (causal_pairs(gpu, rows), copies(rows), nhwc_depthwise(rows), mixed_add(rows),
-                     odd_rows(rows), write_heavy_casts(rows), rnn_gaps(rows)):
+                     odd_rows(rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows)):
             print("  " + line)
     print(vgg_bias_share())
+    print(layout_transform_shares())
 
 
 if __name__ == "__main__":

@@ -25,12 +25,13 @@ from scipy.optimize import lsq_linear
 
 from estimator.catalog import GPUSpec, get_gpu
 from estimator.errors import ProfileError
-from estimator.price.device_time import device_times, fit_keys, within_fit_range
+from estimator.price.device_time import RESIDUAL_CLIP, device_times, fit_key, fit_keys, within_fit_range
 from estimator.price.host_timeline import launch_costs
 from estimator.price.node_table import NodeTable
 from estimator.price.power import voltage_ratio
 from estimator.price.profile_choice import roofline_profile
-from estimator.profile import (PROFILE_SCHEMA, RESIDUAL_FEATURES, PowerFit, Profile, ResidualFit, mode_key,
+from estimator.profile import (PROFILE_SCHEMA, RESIDUAL_FEATURES, PowerFit, Profile, ResidualFit, ResidualPoints,
+                               mode_key,
                                prior_profile, profile_from_json)
 
 MIN_ROWS_PER_CATEGORY = 8
@@ -49,6 +50,11 @@ MIN_RESIDUAL_SHARE = 0.2        # measured time left after latency, as a floor f
 HOST_BOUND_MARGIN = 1.5        # measured / host dispatch cost below which a timing is host-limited
 HOST_PACED_MARGIN = 1.5         # elapsed / device-busy above which a host-paced row measured the host
 MIN_HOST_LAUNCH_ROWS = 4       # rows with distinct launch counts needed to split a host cost per launch
+MIN_POOL_ROWS = 6               # benchmarks a category in one math mode needs to be its own residual pool
+MIN_POINT_SCALE = 0.5           # smallest distance unit of a feature in a pool (feature units)
+POINT_CLIP_SIGMAS = 3.0         # residuals beyond this many of the fit's robust sigmas are clipped,
+POINT_CLIP_MIN = math.log(2.0)  # ... or beyond this (log time), whichever is wider
+POINT_DECIMALS = 5              # residual points are stored (and used) rounded to this many decimals
 MEMORY_LIKE = ("elementwise", "reduction", "copy", "norm", "pool", "embedding", "optimizer", "other")
 
 
@@ -317,6 +323,38 @@ def fit_residuals(samples: list[RowFeatures]) -> dict[str, ResidualFit]:
     return fits
 
 
+def fit_residual_points(samples: list[RowFeatures], fits: dict[str, ResidualFit]) -> dict[str, ResidualPoints]:
+    """Residual pools for the local correction (estimator.price.local_correction): per category, and per
+    category in one math mode where it has MIN_POOL_ROWS training benchmarks, each benchmark's features
+    and what the fit that prices it leaves of its log time. A feature's distance unit is its spread in
+    the pool (at least MIN_POINT_SCALE), so a flag that no benchmark of the pool sets still separates a
+    node that sets it from all of them."""
+    train = [s for s in samples if not s.holdout]
+    residual = {}
+    for s in train:
+        fit = fits[fit_key(s.op, s.category, s.mode, fits)]
+        fitted = float(np.clip(within_fit_range(fit, s.x[None, :])[0] @ np.asarray(fit.coef), *RESIDUAL_CLIP))
+        # Huber-style: the fit down-weighted its outliers, and so does the correction (a host-bound
+        # or pathological benchmark must not drag its neighbours along), though never below a factor
+        # of two: a tight fit's sigma says its noise is small, not that a kernel cannot be 2x slower.
+        bound = max(POINT_CLIP_SIGMAS * fit.sigma, POINT_CLIP_MIN)
+        residual[id(s)] = float(np.clip(s.y - fitted, -bound, bound))
+    pools: dict[str, list[RowFeatures]] = {}
+    for s in train:
+        pools.setdefault(s.op, []).append(s)
+        pools.setdefault(mode_key(s.op, s.mode), []).append(s)
+    out = {}
+    for key, members in sorted(pools.items()):
+        op = members[0].op
+        if len(members) < MIN_POOL_ROWS or (key != op and len(members) == len(pools[op])):
+            continue  # too few, or the op's own pool under another name
+        x = np.round(np.vstack([s.x for s in members]), POINT_DECIMALS)
+        scale = np.round(np.maximum(x.std(axis=0), MIN_POINT_SCALE), POINT_DECIMALS)
+        out[key] = ResidualPoints(tuple(map(float, scale)), tuple(tuple(map(float, row)) for row in x),
+                                  tuple(round(residual[id(s)], POINT_DECIMALS) for s in members))
+    return out
+
+
 def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_ratio: float) -> PowerFit | None:
     """Bounded least squares of window power on (1, s(f)*u_tensor, s(f)*u_vector, u_memory) from measured utilisations."""
     plain = roofline_profile()
@@ -354,9 +392,10 @@ def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_rat
                     sigma_w=float(math.sqrt((resid ** 2).mean())), r2=r2, n=len(y), v_min_ratio=v_min_ratio)
 
 
-def holdout_errors(profile: Profile, samples: list[RowFeatures], gpu: GPUSpec) -> dict[str, list[float]]:
+def holdout_errors(profile: Profile, samples: list[RowFeatures], gpu: GPUSpec,
+                   by_fit: bool = True) -> dict[str, list[float]]:
     """Absolute percentage error of the full device-time model on held-out benchmarks, filed under
-    their category and under the residual fit that priced their dominant node."""
+    their category and (by_fit) under the residual fit that priced their dominant node."""
     errs: dict[str, list[float]] = {}
     for s in samples:
         if not s.holdout:
@@ -365,7 +404,7 @@ def holdout_errors(profile: Profile, samples: list[RowFeatures], gpu: GPUSpec) -
         times, _ = device_times(table, gpu, _row_clock(s.row, gpu), profile)
         err = abs(float(times.device_s.sum()) - s.measured_s) / s.measured_s * 100
         key = str(fit_keys(table, times.effective_mode, profile.residuals)[int(np.argmax(times.roofline_s))])
-        for name in {s.category, key}:
+        for name in {s.category, key} if by_fit else {s.category}:
             errs.setdefault(name, []).append(err)
     return errs
 
@@ -450,10 +489,23 @@ def with_current_nodes(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]]
     return out, sum(1 for r in rows if r.get("name") in current)
 
 
-def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, Any]] | None = None,
-                retrace: bool = True) -> Profile:
-    """A measured Profile from raw calibration data. retrace: regress on the nodes this version of the
-    estimator derives for each benchmark (default), not the nodes stored when it was measured."""
+@dataclass
+class CalibrationSamples:
+    """Raw calibration rows turned into what the fits regress on."""
+
+    gpu: GPUSpec
+    rows: list[dict[str, Any]]
+    retrace: bool                    # nodes re-derived by this estimator where it knows the benchmark
+    retraced: int                    # rows whose nodes it re-derived
+    host_op_s: dict[str, float]
+    latency_s: float
+    samples: list[RowFeatures]
+
+
+def calibration_samples(raw: RawData, retrace: bool = True) -> CalibrationSamples:
+    """Usable rows, host costs, kernel latency and regression samples of raw calibration data.
+    retrace: regress on the nodes this version of the estimator derives for each benchmark (default),
+    not the nodes stored when it was measured."""
     rows = usable(raw.rows)
     if not rows:
         raise ProfileError("no usable calibration rows (all failed, dry-run, or without nodes)")
@@ -471,8 +523,19 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
     # documented latency applies when lower).
     queued = any(r.get("timing_method") == "events_queued" for r in rows if r.get("kind") == "latency")
     latency = kernel_latency_s(rows) if queued else min(kernel_latency_s(rows), prior.kernel_latency_s)
-    samples = row_features(rows, gpu, latency, host)
+    return CalibrationSamples(gpu, rows, retrace, retraced, host, latency, row_features(rows, gpu, latency, host))
+
+
+def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, Any]] | None = None,
+                retrace: bool = True, calibration: CalibrationSamples | None = None) -> Profile:
+    """A measured Profile from raw calibration data (see calibration_samples for `retrace`; pass
+    `calibration` to reuse samples already derived from `raw`)."""
+    cal = calibration or calibration_samples(raw, retrace)
+    gpu, rows, samples, host, latency, retraced = (cal.gpu, cal.rows, cal.samples, cal.host_op_s, cal.latency_s,
+                                                   cal.retraced)
+    prior = prior_profile()
     residuals = fit_residuals(samples)
+    points = fit_residual_points(samples, residuals)
     idle = raw.meta.get("idle_power_w")
     power = fit_power(rows, gpu, float(idle) if isinstance(idle, (int, float)) else gpu.idle_power_w,
                       prior.power.v_min_ratio if prior.power else 0.7)
@@ -480,12 +543,13 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
                                                 "date", "hostname", "command", "power_limit_w", "idle_power_w")
                   if k in raw.meta}
     provenance.update(fitted_by=command or "gpuest fit", fitted_rows=len(rows),
-                      nodes="retraced" if retrace else "as stored at measurement", retraced_rows=retraced)
+                      nodes="retraced" if cal.retrace else "as stored at measurement", retraced_rows=retraced)
     profile = Profile(gpu=gpu.name, kind="measured", kernel_latency_s=latency,
                       graph_kernel_latency_s=min(prior.graph_kernel_latency_s, latency),
                       host_op_s=host, host_backward_factor=prior.host_backward_factor,
                       host_only_op_s=prior.host_only_op_s, residual_features=RESIDUAL_FEATURES,
-                      residuals=residuals, power=power or prior.power, provenance=provenance)
+                      residuals=residuals, power=power or prior.power, provenance=provenance,
+                      residual_points=points)
     errs = holdout_errors(profile, samples, gpu)
     with_holdout = {}
     for cat, fit in residuals.items():

@@ -50,6 +50,19 @@ class ResidualFit:
 
 
 @dataclass(frozen=True)
+class ResidualPoints:
+    """What the regression of one pool (a category, or a category in one math mode) left unexplained on
+    each calibration benchmark: the benchmark's residual features and its residual of log time. The
+    estimator adds to a node the kernel-weighted mean residual of the pool's benchmarks nearest to it in
+    feature space (estimator.price.local_correction): shape effects the linear fit cannot express
+    (a cuDNN kernel choice, a tile size) hold for the shapes around a measured one."""
+
+    scale: tuple[float, ...]          # per feature: the distance unit (spread of the pool's features)
+    x: tuple[tuple[float, ...], ...]  # one row of features per benchmark
+    residual: tuple[float, ...]       # log(measured / fitted) per benchmark
+
+
+@dataclass(frozen=True)
 class PowerFit:
     """Average board power (W) = static_w + s(f) * (tensor_w*u_tc + vector_w*u_vec + memory_w*u_mem)."""
 
@@ -78,6 +91,7 @@ class Profile:
     residuals: Mapping[str, ResidualFit]        # per category, plus "default"
     power: PowerFit | None
     provenance: Mapping[str, Any] = field(default_factory=dict)
+    residual_points: Mapping[str, ResidualPoints] = field(default_factory=dict)   # by pool key
     path: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -142,6 +156,8 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
                             ("static_w", "idle_w", "tensor_w", "vector_w", "memory_w", "sigma_w", "r2")},
                          n=int(_need(power, "n", int, w)), v_min_ratio=float(power.get("v_min_ratio", 0.7)),
                          gap_w=float(power["gap_w"]) if power.get("gap_w") is not None else None)
+    points = {key: _residual_points(value, len(features), f"{where}: residual_points[{key!r}]")
+              for key, value in data.get("residual_points", {}).items()}
     host = _need(data, "host_op_s", dict, where)
     if "default" not in host:
         raise ProfileError(f"{where}: host_op_s needs a 'default' entry")
@@ -153,8 +169,24 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
         host_backward_factor=float(_need(data, "host_backward_factor", num, where)),
         host_only_op_s=float(_need(data, "host_only_op_s", num, where)),
         residual_features=features, residuals=residuals, power=power,
-        provenance=data.get("provenance", {}),
+        provenance=data.get("provenance", {}), residual_points=points,
     )
+
+
+def _residual_points(data: Any, n_features: int, where: str) -> ResidualPoints:
+    if not isinstance(data, dict):
+        raise ProfileError(f"{where}: expected an object with scale, x and residual")
+    scale = tuple(float(v) for v in _need(data, "scale", list, where))
+    x = tuple(tuple(float(v) for v in row) for row in _need(data, "x", list, where))
+    residual = tuple(float(v) for v in _need(data, "residual", list, where))
+    if len(scale) != n_features or any(len(row) != n_features for row in x):
+        raise ProfileError(f"{where}: scale and every row of x must have {n_features} entries (one per feature)")
+    if len(residual) != len(x) or not x:
+        raise ProfileError(f"{where}: x and residual must list the same benchmarks ({len(x)} rows, "
+                           f"{len(residual)} residuals), at least one")
+    if min(scale) <= 0 or not all(math.isfinite(v) for v in (*scale, *residual, *(c for row in x for c in row))):
+        raise ProfileError(f"{where}: scales must be positive and all numbers finite")
+    return ResidualPoints(scale, x, residual)
 
 
 def load_profile(path: str | Path) -> Profile:

@@ -200,3 +200,56 @@ def test_host_paced_rows_give_device_busy_and_a_host_cost_per_launch():
     # a device-bound row (elapsed ~ busy) says nothing about the host
     quiet = [dict(r, time_ms_median=r["busy_ms"] * 1.1) for r in rows]
     assert "launch_rnn" not in host_costs(quiet, {"default": 5e-6})
+
+
+def _predict_row(row, profile) -> float:
+    from estimator.price.device_time import device_times
+    from estimator.price.node_table import NodeTable
+    times, _ = device_times(NodeTable.from_records(row["nodes"]), get_gpu("H100"), 1980.0, profile)
+    return float(times.device_s.sum())
+
+
+def test_local_correction_learns_a_shape_effect_the_linear_fit_cannot_express(tmp_path):
+    """One shape runs 1.6x slower than its neighbours (a kernel choice): the regression, linear in the
+    features, cannot follow a bump; the residual points do, at that shape, and leave shapes far from every
+    measured one to the regression."""
+    from dataclasses import replace
+
+    from calibration.fit import MIN_POOL_ROWS, POINT_CLIP_MIN, POINT_CLIP_SIGMAS
+    raw = synthetic_rows()
+    bumped = next(r for r in raw.rows if r["name"] == "elementwise12")      # the smallest add
+    assert not bumped["holdout"]
+    bumped["time_ms_median"] = (bumped["time_ms_median"] - LATENCY_S * 1e3) * 1.6 + LATENCY_S * 1e3
+    prof = load_profile(fit_profile(raw).save(tmp_path / "p.json"))
+    add = "aten.add.Tensor"
+    assert add in prof.residual_points and len(prof.residual_points[add].x) >= MIN_POOL_ROWS
+    widest = max(POINT_CLIP_SIGMAS * max(fit.sigma for fit in prof.residuals.values()), POINT_CLIP_MIN)
+    assert all(abs(r) <= widest + 1e-9 for pts in prof.residual_points.values() for r in pts.residual)
+    plain = replace(prof, residual_points={})
+
+    def error(row, p):
+        measured = row["time_ms_median"] * 1e-3
+        return abs(_predict_row(row, p) - measured) / measured
+
+    assert error(bumped, prof) < 0.6 * error(bumped, plain)
+    far = {"nodes": _nodes(lambda a, b: a + b, (1 << 29,), (1 << 29,))}    # 8x the largest add measured
+    assert _predict_row(far, prof) == pytest.approx(_predict_row(far, plain), rel=0.005)
+
+
+def test_residual_points_are_validated():
+    good = json.loads(json.dumps(fit_profile(synthetic_rows()).to_json()))
+    assert good["residual_points"]
+    key = next(iter(good["residual_points"]))
+    for field, value, message in (("scale", [1.0], "one per feature"), ("residual", [0.0], "same benchmarks"),
+                                  ("scale", None, "'scale'")):
+        broken = json.loads(json.dumps(good))
+        if value is None:
+            broken["residual_points"][key].pop(field)
+        else:
+            broken["residual_points"][key][field] = value
+        with pytest.raises(ProfileError, match=message):
+            profile_from_json(broken)
+    zero_scale = json.loads(json.dumps(good))
+    zero_scale["residual_points"][key]["scale"][0] = 0.0
+    with pytest.raises(ProfileError, match="positive"):
+        profile_from_json(zero_scale)

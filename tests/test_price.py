@@ -416,3 +416,37 @@ def test_lstm_steps_run_one_after_another():
     w_hh = 4 * H * H * 4
     for node in (fwd, bwd):  # every step after the first reads the recurrent weights again
         assert node["bytes_read"] >= (T - 1) * w_hh
+
+
+def test_local_correction_is_a_shrunk_kernel_mean_of_the_nearest_residuals():
+    from estimator.price.local_correction import BANDWIDTH, PRIOR_WEIGHT, correction, local_corrections
+    from estimator.profile import ResidualPoints
+    points = ResidualPoints(scale=(1.0, 1.0), x=((0.0, 0.0), (0.0, 10.0)), residual=(0.4, -0.4))
+    on_point, far = correction(np.array([[0.0, 0.0], [50.0, 50.0]]), points)
+    far_weight = math.exp(-0.5 * (10.0 / BANDWIDTH) ** 2)
+    assert on_point == pytest.approx((0.4 - 0.4 * far_weight) / (1.0 + far_weight + PRIOR_WEIGHT))
+    assert abs(far) < 1e-12                     # nothing measured near it: the plain regression
+    between = correction(np.array([[0.0, BANDWIDTH]]), points)[0]
+    assert 0.0 < between < on_point             # fades with distance
+    pools = {"aten.mm.default": points}
+    out = local_corrections(np.zeros((3, 2)), np.array(["aten.mm.default", "aten.add.Tensor", "aten.mm.default"]),
+                            np.array(["bf16", "bf16", "fp32"]), pools)
+    assert out[0] == out[2] == pytest.approx(on_point) and out[1] == 0.0   # no pool for add: untouched
+
+
+def test_dense_tensor_core_convolution_pays_for_padded_channels():
+    """An RGB stem's 3 input channels run as 8 in bf16 and as 4 in TF32 (the tensor-core alignment);
+    aligned channels cost nothing extra, and grouped and CUDA-core convolutions are priced as counted."""
+    def stem(dtype, cin=3, groups=1, cout=64):
+        conv = torch.nn.Conv2d(cin, cout, 7, 2, 3, groups=groups, bias=False, device="meta", dtype=dtype)
+        g = graph_of(conv, (32, cin, 224, 224), dtype=dtype)
+        return next(d for _, d in g.nodes(data=True) if d["op"] == "aten.convolution.default")
+
+    for dtype, factor in ((torch.bfloat16, 8 / 3), (torch.float32, 4 / 3)):
+        node = stem(dtype)
+        table, times = _times_of([node])
+        assert times.work_flops[0] == pytest.approx(node["flops"] * factor)
+    aligned = stem(torch.bfloat16, cin=16)
+    assert _times_of([aligned])[1].work_flops[0] == pytest.approx(aligned["flops"])
+    grouped = stem(torch.bfloat16, cin=96, groups=32, cout=96)          # 3 channels per group
+    assert _times_of([grouped])[1].work_flops[0] == pytest.approx(grouped["flops"])

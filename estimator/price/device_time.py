@@ -3,7 +3,8 @@
 t_node = kernels * kernel_latency + max(flops / peak(mode, clock), bytes / bandwidth) * exp(x . beta)
 where x are the node's residual features (those the profile names) and beta the profile's most specific
 fit for the node: its ATen op in its math mode, the op, its category in its math mode, the category,
-then the profile's default.
+then the profile's default; x . beta is then corrected by the residuals of the calibration benchmarks
+of the node's op nearest to it (local_correction).
 Memory bandwidth does not depend on the SM clock; compute peaks scale with it.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from ..annotate.registry import LAYOUT_SENSITIVE_CATEGORIES
 from ..catalog import GPUSpec
 from ..profile import RESIDUAL_FEATURES, Profile, ResidualFit, mode_key
+from .local_correction import local_corrections
 from .node_table import NodeTable, map_values
 
 # What a GPU without a hardware path for a math mode runs instead (cuBLAS/cuDNN fall back).
@@ -89,15 +91,32 @@ def effective_math_modes(table: NodeTable, gpu: GPUSpec) -> tuple[np.ndarray, li
     return out, notes
 
 
-def executed_flops(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
-    """FLOPs each node's time is priced on (FLOP). A causal attention kernel skips the key tiles above the
-    diagonal, but every query tile still pays a fixed part (loading Q, the softmax epilogue, writing O:
-    ATTENTION_TILE_OVERHEAD key tiles' worth), and the kernel cannot finish before its longest query tile,
-    which sees every key: when one wave holds all query tiles the skipping saves nothing."""
+def executed_flops(table: NodeTable, gpu: GPUSpec, mode: np.ndarray | None = None) -> np.ndarray:
+    """FLOPs each node's time is priced on (FLOP): the counted FLOPs, with what kernels really compute.
+
+    A dense tensor-core convolution pads its input and output channels to the tensor-core alignment of
+    its math mode (ALIGN_ELEMENTS): an RGB stem's 3 channels run as 8 in bf16, as 4 in TF32 (the suite's
+    3-channel stems take the same time in both, at twice the bf16 peak). The implicit GEMM of a node
+    has one channel count as N and the other times the window as K, whichever gradient it is, so the
+    factor is symmetric in the two. Grouped convolutions are left as counted.
+
+    A causal attention kernel skips the key tiles above the diagonal, but every query tile still pays a
+    fixed part (loading Q, the softmax epilogue, writing O: ATTENTION_TILE_OVERHEAD key tiles' worth),
+    and the kernel cannot finish before its longest query tile, which sees every key: when one wave
+    holds all query tiles the skipping saves nothing."""
+    m, n, k, heads = table.gemm.T
+    flops = table.flops
+    if mode is not None:
+        align = map_values(mode, ALIGN_ELEMENTS, 1.0)
+        dense = (table.category == "conv") & table.tensor_core & (heads <= 1) & (n > 0) & (k > 0)
+        if dense.any():
+            a = np.maximum(n, 1.0)
+            b = np.maximum(k / np.maximum(table.window, 1.0), 1.0)
+            pad = (np.ceil(a / align) * align / a) * (np.ceil(b / align) * align / b)
+            flops = np.where(dense, flops * pad, flops)
     skipped = table.flops_skipped > 0
     if not skipped.any():
-        return table.flops
-    m, n, _, heads = table.gemm.T
+        return flops
     q_tiles = np.ceil(np.maximum(m, 1) / GEMM_TILE)
     k_tiles = np.ceil(np.maximum(n, 1) / GEMM_TILE)
     kept = 1.0 - table.flops_skipped / np.maximum(table.flops, 1.0)
@@ -107,7 +126,7 @@ def executed_flops(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
     slots = ATTENTION_CTAS_PER_SM * gpu.sm_count
     causal = np.maximum(tiles * (c + kept * k_tiles) / slots, longest)
     full = np.maximum(tiles * (c + k_tiles) / slots, longest)
-    return np.where(skipped, table.flops * causal / full, table.flops)
+    return np.where(skipped, flops * causal / full, flops)
 
 
 def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np.ndarray,
@@ -176,18 +195,22 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     return np.column_stack([np.broadcast_to(np.asarray(f[name], dtype=float), (n,)) for name in RESIDUAL_FEATURES])
 
 
+def fit_key(op: str, category: str, mode: str, available: Iterable[str]) -> str:
+    """The residual fit a node uses: the most specific of op@mode, op, category@mode, category that
+    the profile has, else "default"."""
+    return next((c for c in (mode_key(op, mode), op, mode_key(category, mode), category) if c in available),
+                "default")
+
+
 def fit_keys(table: NodeTable, mode: np.ndarray, available: Iterable[str]) -> np.ndarray:
-    """The residual fit each node uses: the most specific of op@mode, op, category@mode, category
-    that the profile has, else "default"."""
+    """fit_key of every node of `table` priced in math modes `mode`."""
     have = set(available)
     resolved: dict[tuple[str, str, str], str] = {}
     keys = np.empty(len(table), dtype=object)
     for i, triple in enumerate(zip(table.op.tolist(), table.category.tolist(), mode.tolist())):
         key = resolved.get(triple)
         if key is None:
-            op, category, m = triple
-            candidates = (mode_key(op, m), op, mode_key(category, m), category)
-            key = resolved[triple] = next((c for c in candidates if c in have), "default")
+            key = resolved[triple] = fit_key(*triple, have)
         keys[i] = key
     return keys
 
@@ -208,7 +231,7 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     peaks = {m: gpu.peak_flops_per_s(m) for m in set(mode.tolist())}
     peak_ref = map_values(mode, peaks, 0.0)
     peak = peak_ref * (np.asarray(clock_mhz, dtype=float) / gpu.peak_tflops_clock_mhz)
-    work = executed_flops(table, gpu)
+    work = executed_flops(table, gpu, mode)
     compute = work / peak
     memory = table.bytes / gpu.memory_bandwidth_bytes_per_s
     roof = np.maximum(compute, memory)
@@ -233,6 +256,8 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
         # and a 90 % interval wider than e^(Z90*MAX_LOG_SD) says "unknown" as well as a wider one would.
         coef_var[sel] = np.clip(np.einsum("ij,jk,ik->i", xs, cov, xs), 0.0, MAX_LOG_SD ** 2)
         resid_var[sel] = min(fit.sigma, MAX_LOG_SD) ** 2
+    if profile.residual_points:
+        log_eff += local_corrections(x[:, cols], table.op, mode, profile.residual_points)
     log_eff = np.clip(log_eff, *RESIDUAL_CLIP)
     active = ~(table.free | table.host_only)
     lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
