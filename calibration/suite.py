@@ -245,6 +245,9 @@ _CONV_LAYERS = [
     (64, 128, 56, 1, 2, 1), (128, 256, 28, 1, 2, 1), (256, 512, 56, 1, 2, 1), (512, 1024, 28, 1, 2, 1),
     (1024, 2048, 14, 1, 2, 1), (3, 32, 224, 3, 2, 1),
 ]
+# The 7x7 RGB stem of ResNet-family networks at more batch sizes: it runs at a fifteenth of its padded
+# roofline, and the batch the networks use must not be an extrapolation.
+_STEM_BATCHES = (64, 256)
 
 
 # Depthwise layers of ConvNeXt, MobileNet and EfficientNet stages (channels, hw, kernel, stride) at
@@ -262,6 +265,8 @@ def _conv_grid() -> list[tuple[tuple[int, int, int, int, int, int], tuple[int, .
         # Dense layers also at batch 128: at large batch cuDNN picks other (faster) algorithms,
         # and a grid whose only big convolutions are awkward ones teaches the fit "big is slow".
         batches = (1, 32, 128) if ci % 3 == 0 or (groups == 1 and cin >= 64) else (1, 32)
+        if layer == _CONV_LAYERS[0]:
+            batches = batches + _STEM_BATCHES
         grid.append((layer, batches, ci % 2 == 0, False))
     # Depthwise layers in both memory formats: on NCHW data PyTorch runs its own depthwise kernels, on
     # channels-last data (ConvNeXt permutes its activations to NHWC) cuDNN's NHWC kernels, ~4x faster
@@ -570,7 +575,9 @@ def _norm(out: list[Benchmark]) -> None:
         dt = DTYPES[mode.removesuffix("mix")]
         pt = torch.float32 if mode.endswith("mix") else dt
         shapes = [(32, 64, 112), (32, 256, 56), (128, 512, 28), (8, 2048, 7), (1, 64, 56), (64, 96, 35),
-                  (64, 32, 112), (16, 24, 112), (256, 128, 14)]
+                  (64, 32, 112), (16, 24, 112), (256, 128, 14),
+                  # last stages at training batch: few channels per SM and 49-element planes
+                  (256, 512, 7), (128, 2048, 7)]
         for n, c, hw in shapes:
             numel = n * c * hw * hw
 
