@@ -31,8 +31,7 @@ from estimator.price.node_table import NodeTable
 from estimator.price.power import voltage_ratio
 from estimator.price.profile_choice import roofline_profile
 from estimator.profile import (PROFILE_SCHEMA, RESIDUAL_FEATURES, PowerFit, Profile, ResidualFit, ResidualPoints,
-                               mode_key,
-                               prior_profile, profile_from_json)
+                               mode_key, prior_profile, profile_from_json)
 
 MIN_ROWS_PER_CATEGORY = 8
 MIN_ROWS_PER_OP = 10
@@ -50,7 +49,7 @@ MIN_RESIDUAL_SHARE = 0.2        # measured time left after latency, as a floor f
 HOST_BOUND_MARGIN = 1.5        # measured / host dispatch cost below which a timing is host-limited
 HOST_PACED_MARGIN = 1.5         # elapsed / device-busy above which a host-paced row measured the host
 MIN_HOST_LAUNCH_ROWS = 4       # rows with distinct launch counts needed to split a host cost per launch
-MIN_POOL_ROWS = 6               # benchmarks a category in one math mode needs to be its own residual pool
+MIN_POOL_ROWS = 6               # training benchmarks an op (or op in one math mode) needs for a residual pool
 MIN_POINT_SCALE = 0.5           # smallest distance unit of a feature in a pool (feature units)
 POINT_CLIP_SIGMAS = 3.0         # residuals beyond this many of the fit's robust sigmas are clipped,
 POINT_CLIP_MIN = math.log(2.0)  # ... or beyond this (log time), whichever is wider
@@ -324,13 +323,13 @@ def fit_residuals(samples: list[RowFeatures]) -> dict[str, ResidualFit]:
 
 
 def fit_residual_points(samples: list[RowFeatures], fits: dict[str, ResidualFit]) -> dict[str, ResidualPoints]:
-    """Residual pools for the local correction (estimator.price.local_correction): per category, and per
-    category in one math mode where it has MIN_POOL_ROWS training benchmarks, each benchmark's features
-    and what the fit that prices it leaves of its log time. A feature's distance unit is its spread in
+    """Residual pools for the local correction (estimator.price.local_correction): per ATen op, and per
+    op in one math mode, where it has MIN_POOL_ROWS training benchmarks, each benchmark's features and
+    what the fit that prices it leaves of its log time. A feature's distance unit is its spread in
     the pool (at least MIN_POINT_SCALE), so a flag that no benchmark of the pool sets still separates a
     node that sets it from all of them."""
     train = [s for s in samples if not s.holdout]
-    residual = {}
+    residual = []
     for s in train:
         fit = fits[fit_key(s.op, s.category, s.mode, fits)]
         fitted = float(np.clip(within_fit_range(fit, s.x[None, :])[0] @ np.asarray(fit.coef), *RESIDUAL_CLIP))
@@ -338,20 +337,20 @@ def fit_residual_points(samples: list[RowFeatures], fits: dict[str, ResidualFit]
         # or pathological benchmark must not drag its neighbours along), though never below a factor
         # of two: a tight fit's sigma says its noise is small, not that a kernel cannot be 2x slower.
         bound = max(POINT_CLIP_SIGMAS * fit.sigma, POINT_CLIP_MIN)
-        residual[id(s)] = float(np.clip(s.y - fitted, -bound, bound))
-    pools: dict[str, list[RowFeatures]] = {}
-    for s in train:
-        pools.setdefault(s.op, []).append(s)
-        pools.setdefault(mode_key(s.op, s.mode), []).append(s)
+        residual.append(float(np.clip(s.y - fitted, -bound, bound)))
+    pools: dict[str, list[int]] = {}
+    for i, s in enumerate(train):
+        pools.setdefault(s.op, []).append(i)
+        pools.setdefault(mode_key(s.op, s.mode), []).append(i)
     out = {}
     for key, members in sorted(pools.items()):
-        op = members[0].op
+        op = train[members[0]].op
         if len(members) < MIN_POOL_ROWS or (key != op and len(members) == len(pools[op])):
             continue  # too few, or the op's own pool under another name
-        x = np.round(np.vstack([s.x for s in members]), POINT_DECIMALS)
+        x = np.round(np.vstack([train[i].x for i in members]), POINT_DECIMALS)
         scale = np.round(np.maximum(x.std(axis=0), MIN_POINT_SCALE), POINT_DECIMALS)
         out[key] = ResidualPoints(tuple(map(float, scale)), tuple(tuple(map(float, row)) for row in x),
-                                  tuple(round(residual[id(s)], POINT_DECIMALS) for s in members))
+                                  tuple(round(residual[i], POINT_DECIMALS) for i in members))
     return out
 
 

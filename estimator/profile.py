@@ -51,8 +51,8 @@ class ResidualFit:
 
 @dataclass(frozen=True)
 class ResidualPoints:
-    """What the regression of one pool (a category, or a category in one math mode) left unexplained on
-    each calibration benchmark: the benchmark's residual features and its residual of log time. The
+    """What the regression left unexplained on each calibration benchmark of one pool (an ATen op, or an
+    op in one math mode): the benchmark's residual features and its residual of log time. The
     estimator adds to a node the kernel-weighted mean residual of the pool's benchmarks nearest to it in
     feature space (estimator.price.local_correction): shape effects the linear fit cannot express
     (a cuDNN kernel choice, a tile size) hold for the shapes around a measured one."""

@@ -4,7 +4,7 @@ regression gets wrong there.
 A linear fit of log(measured / roofline) cannot express every shape effect: which kernel cuDNN picks
 for a convolution, which tile a GEMM gets, where a reduction switches strategy. Those effects hold for
 the shapes around a measured one. The correction of a node is a Nadaraya-Watson mean of the residuals
-of the NEIGHBOURS benchmarks of its pool nearest to it (distance in the pool's feature scales, Gaussian
+of the NEIGHBOURS benchmarks of its op's pool nearest to it (distance in the pool's feature scales, Gaussian
 kernel of width BANDWIDTH), shrunk toward zero by PRIOR_WEIGHT: a node far from every benchmark keeps
 the plain regression, one that sits on a measured shape gets most of that shape's residual.
 
@@ -13,7 +13,10 @@ the per-category median errors); docs/DESIGN.md gives the command.
 """
 from __future__ import annotations
 
+from typing import Mapping
+
 import numpy as np
+from scipy.spatial.distance import cdist
 
 from ..profile import ResidualPoints, mode_key
 
@@ -22,10 +25,10 @@ BANDWIDTH = 0.5
 PRIOR_WEIGHT = 0.5
 
 
-def pool_key(category: str, mode: str, pools: dict[str, ResidualPoints] | object) -> str | None:
-    """The residual pool a node of `category` priced in math `mode` draws on: its category in that mode,
-    else its category, else none."""
-    for key in (mode_key(category, mode), category):
+def pool_key(op: str, mode: str, pools: Mapping[str, ResidualPoints]) -> str | None:
+    """The residual pool a node of ATen `op` priced in math `mode` draws on: its op in that mode, else its
+    op, else none (an op the suite never measured keeps the plain regression)."""
+    for key in (mode_key(op, mode), op):
         if key in pools:
             return key
     return None
@@ -33,24 +36,27 @@ def pool_key(category: str, mode: str, pools: dict[str, ResidualPoints] | object
 
 def correction(x: np.ndarray, points: ResidualPoints) -> np.ndarray:
     """Log-time correction (n,) for nodes with residual features `x` (n, features) from one pool."""
-    px = np.asarray(points.x)
     scale = np.asarray(points.scale)
     residual = np.asarray(points.residual)
-    d = np.sqrt((((x[:, None, :] - px[None, :, :]) / scale) ** 2).sum(axis=2))
+    # A graph repeats its layers: distances are computed once per distinct feature row, pairwise (a
+    # training graph's thousands of nodes against a pool of hundreds, never an n x pool x features array).
+    unique, inverse = np.unique(x, axis=0, return_inverse=True)
+    d = cdist(unique / scale, np.asarray(points.x) / scale)
     k = min(NEIGHBOURS, len(residual))
     nearest = np.argpartition(d, k - 1, axis=1)[:, :k]
     dn = np.take_along_axis(d, nearest, axis=1)
     w = np.exp(-0.5 * (dn / BANDWIDTH) ** 2)
-    return (w * residual[nearest]).sum(axis=1) / (w.sum(axis=1) + PRIOR_WEIGHT)
+    per_row = (w * residual[nearest]).sum(axis=1) / (w.sum(axis=1) + PRIOR_WEIGHT)
+    return per_row[inverse.reshape(-1)]
 
 
-def local_corrections(x: np.ndarray, category: np.ndarray, mode: np.ndarray,
-                      pools: dict[str, ResidualPoints]) -> np.ndarray:
-    """Log-time correction per node (0 where the profile has no pool for the node's category)."""
+def local_corrections(x: np.ndarray, op: np.ndarray, mode: np.ndarray,
+                      pools: Mapping[str, ResidualPoints]) -> np.ndarray:
+    """Log-time correction per node (0 where the profile has no pool for the node's op)."""
     out = np.zeros(len(x))
     if not pools:
         return out
-    keys = np.array([pool_key(c, m, pools) or "" for c, m in zip(category.tolist(), mode.tolist())], dtype=object)
+    keys = np.array([pool_key(o, m, pools) or "" for o, m in zip(op.tolist(), mode.tolist())], dtype=object)
     for key in set(keys.tolist()) - {""}:
         sel = keys == key
         out[sel] = correction(x[sel], pools[key])
