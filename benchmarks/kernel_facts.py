@@ -33,7 +33,7 @@ def _us(row: dict) -> float:
 def causal_pairs(gpu: str, rows: dict[str, dict]) -> str:
     from calibration.retrace import retrace_nodes
     from estimator.catalog import get_gpu
-    from estimator.price.device_time import executed_flops
+    from estimator.price.device_time import effective_math_modes, executed_flops
     from estimator.price.node_table import NodeTable
 
     names = [n for n in rows if n.startswith("sdpa_") and n.endswith("_causal") and n[:-7] in rows]
@@ -42,7 +42,7 @@ def causal_pairs(gpu: str, rows: dict[str, dict]) -> str:
     measured, errors = [], []
     for name in names:
         table = NodeTable.from_records([d for d in nodes[name] if d["category"] == "attention"])
-        priced = float(executed_flops(table, spec)[0] / table.flops[0])
+        priced = float(executed_flops(table, spec, effective_math_modes(table, spec)[0])[0] / table.flops[0])
         ratio = _us(rows[name]) / _us(rows[name[:-7]])
         measured.append(ratio)
         errors.append(abs(math.log(priced / ratio)))
@@ -111,12 +111,17 @@ def rnn_gaps(rows: dict[str, dict]) -> str:
             f"(median {statistics.median(ratios):.2f}, n={len(ratios)})")
 
 
+def _kernel_records(name: str) -> list[dict]:
+    """The records of one committed kernel-profile file (data/kernels/<name>.jsonl)."""
+    path = REPO / "data" / "kernels" / f"{name}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def vgg_bias_share() -> str:
-    path = REPO / "data" / "kernels" / "H100-SXM-training.jsonl"
-    for line in path.read_text().splitlines():
-        r = json.loads(line)
+    for r in _kernel_records("H100-SXM-training"):
         if r["model"] == "vgg16" and r["mode"] == "inference" and r["precision"] == "bf16-mixed":
-            adds = [k for k in r["kernels"] if "CUDAFunctor_add" in k["name"] and "elementwise_kernel<128, 4" in k["name"]]
+            adds = [k for k in r["kernels"]
+                    if "CUDAFunctor_add" in k["name"] and "elementwise_kernel<128, 4" in k["name"]]
             ms = sum(k["us_per_iter"] for k in adds) / 1e3
             calls = sum(k["calls_per_iter"] for k in adds)
             return (f"VGG-16 b{r['batch']} bf16 inference (H100): broadcast adds {calls:.0f} calls, {ms:.2f} of "
@@ -124,15 +129,23 @@ def vgg_bias_share() -> str:
     return "VGG-16 kernel profile not found"
 
 
-def layout_transform_shares() -> str:
+def layout_transform_shares(name: str) -> str:
     """cuDNN's NCHW<->NHWC transposes around tensor-core convolutions, as a share of each profiled step."""
-    path = REPO / "data" / "kernels" / "H100-SXM-training.jsonl"
     shares = []
-    for line in path.read_text().splitlines():
-        r = json.loads(line)
+    for r in _kernel_records(name):
         us = sum(k["us_per_iter"] for k in r["kernels"] if "nchwToNhwc" in k["name"] or "nhwcToNchw" in k["name"])
         shares.append(f"{r['model']} {r['mode']} {r['precision']} {100 * us / 1e3 / r['kernel_sum_ms']:.1f} %")
-    return "cuDNN layout transposes, share of kernel time per step (H100): " + "; ".join(shares)
+    return f"cuDNN layout transposes, share of kernel time per step ({name}): " + "; ".join(shares)
+
+
+def by_op_leaders(top: int = 3) -> str:
+    """The ATen ops and input shapes that took the most device time per step (kernel_profile --by-op)."""
+    lines = []
+    for r in _kernel_records("H100-SXM-by-op"):
+        leaders = ", ".join(f"{o['op']} {o['shapes']} {o['us_per_iter'] / 1e3:.2f} ms" for o in r["ops"][:top])
+        lines.append(f"  {r['model']} b{r['batch']} {r['mode']} {r['precision']} "
+                     f"({r['kernel_sum_ms']:.2f} ms per step): {leaders}")
+    return "largest ops by input shape (H100-SXM-by-op):\n" + "\n".join(lines)
 
 
 def main() -> None:
@@ -143,7 +156,9 @@ def main() -> None:
                      odd_rows(rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows)):
             print("  " + line)
     print(vgg_bias_share())
-    print(layout_transform_shares())
+    print(layout_transform_shares("H100-SXM-training"))
+    print(layout_transform_shares("H100-SXM-inference"))
+    print(by_op_leaders())
 
 
 if __name__ == "__main__":

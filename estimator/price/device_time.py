@@ -91,8 +91,9 @@ def effective_math_modes(table: NodeTable, gpu: GPUSpec) -> tuple[np.ndarray, li
     return out, notes
 
 
-def executed_flops(table: NodeTable, gpu: GPUSpec, mode: np.ndarray | None = None) -> np.ndarray:
-    """FLOPs each node's time is priced on (FLOP): the counted FLOPs, with what kernels really compute.
+def executed_flops(table: NodeTable, gpu: GPUSpec, mode: np.ndarray) -> np.ndarray:
+    """FLOPs each node's time is priced on (FLOP) in math modes `mode` (effective_math_modes): the counted
+    FLOPs, with what kernels really compute.
 
     A dense tensor-core convolution pads its input and output channels to the tensor-core alignment of
     its math mode (ALIGN_ELEMENTS): an RGB stem's 3 channels run as 8 in bf16, as 4 in TF32 (the suite's
@@ -106,14 +107,13 @@ def executed_flops(table: NodeTable, gpu: GPUSpec, mode: np.ndarray | None = Non
     holds all query tiles the skipping saves nothing."""
     m, n, k, heads = table.gemm.T
     flops = table.flops
-    if mode is not None:
+    dense = (table.category == "conv") & table.tensor_core & (heads <= 1) & (n > 0) & (k > 0)
+    if dense.any():
         align = map_values(mode, ALIGN_ELEMENTS, 1.0)
-        dense = (table.category == "conv") & table.tensor_core & (heads <= 1) & (n > 0) & (k > 0)
-        if dense.any():
-            a = np.maximum(n, 1.0)
-            b = np.maximum(k / np.maximum(table.window, 1.0), 1.0)
-            pad = (np.ceil(a / align) * align / a) * (np.ceil(b / align) * align / b)
-            flops = np.where(dense, flops * pad, flops)
+        a = np.maximum(n, 1.0)
+        b = np.maximum(k / np.maximum(table.window, 1.0), 1.0)
+        pad = (np.ceil(a / align) * align / a) * (np.ceil(b / align) * align / b)
+        flops = np.where(dense, flops * pad, flops)
     skipped = table.flops_skipped > 0
     if not skipped.any():
         return flops
