@@ -456,21 +456,26 @@ def _rnn(out: list[Benchmark]) -> None:
 _NUMELS = [2 ** 12, 2 ** 16, 2 ** 20, 2 ** 22, 2 ** 24, 2 ** 26, 3 * 10 ** 7 + 7]
 
 
+def _streaming(opname: str, tag: str, fn: Callable[..., Any], arity: int, mode: str, n: int) -> Benchmark:
+    """`fn` over `arity` flat tensors of `n` elements in `mode`'s dtype, named ew_<tag>_<mode>_n<n>."""
+    dt = DTYPES[mode]
+
+    def build(device: torch.device, seed: int) -> Built:
+        return _simple(fn, [(_d(n, device, 1024),)] * arity, [dt] * arity)(device, seed)
+    return Benchmark(f"ew_{tag}_{mode}_n{n}", "elementwise", {"op": opname, "dtype": mode, "numel": n}, build,
+                     est_ms=_est(2.0 * n, (arity + 1) * n * dt.itemsize, mode))
+
+
 def _elementwise(out: list[Benchmark]) -> None:
     unary = {"relu": torch.relu, "gelu": F.gelu, "sigmoid": torch.sigmoid, "silu": F.silu,
              "dropout": lambda x: F.dropout(x, 0.1, True)}
     binary = {"add": torch.add, "mul": torch.mul}
     for mode in ("fp32", "bf16"):
-        dt = DTYPES[mode]
         for opname, fn in {**binary, **unary}.items():
             arity = 2 if opname in binary else 1
             numels = _NUMELS if mode == "fp32" or opname in ("add", "gelu") else _NUMELS[1::2]
             for n in numels:
-                def build(device: torch.device, seed: int, n=n, fn=fn, arity=arity, dt=dt) -> Built:
-                    return _simple(fn, [(_d(n, device, 1024),)] * arity, [dt] * arity)(device, seed)
-                out.append(Benchmark(f"ew_{opname}_{mode}_n{n}", "elementwise",
-                                     {"op": opname, "dtype": mode, "numel": n}, build,
-                                     est_ms=_est(2.0 * n, (arity + 1) * n * dt.itemsize, mode)))
+                out.append(_streaming(opname, opname, fn, arity, mode, n))
     # Broadcast: a per-channel bias added in place to an NCHW activation (how PyTorch adds a cuDNN
     # convolution's bias) and a per-feature vector added along the last dim.
     for mode in ("fp32", "bf16"):
@@ -506,17 +511,12 @@ def _activations_in_place(out: list[Benchmark]) -> None:
            "silu_": lambda x: F.silu(x, inplace=True),
            "threshold_backward": lambda g, y: torch.ops.aten.threshold_backward(g, y, 0.0)}
     for mode in ("fp32", "bf16"):
-        dt = DTYPES[mode]
         for opname, fn in fns.items():
             arity = 2 if opname == "threshold_backward" else 1
             numels = _NUMELS[2:] if opname in ("relu_", "threshold_backward") else _NUMELS[3::2]
+            tag = opname.replace("_", "") + "inplace" if opname.endswith("_") else opname
             for n in numels:
-                def build(device: torch.device, seed: int, n=n, fn=fn, arity=arity, dt=dt) -> Built:
-                    return _simple(fn, [(_d(n, device, 1024),)] * arity, [dt] * arity)(device, seed)
-                tag = opname.replace("_", "") + "inplace" if opname.endswith("_") else opname
-                out.append(Benchmark(f"ew_{tag}_{mode}_n{n}", "elementwise",
-                                     {"op": opname, "dtype": mode, "numel": n}, build,
-                                     est_ms=_est(2.0 * n, (arity + 1) * n * dt.itemsize, mode)))
+                out.append(_streaming(opname, tag, fn, arity, mode, n))
 
 
 def _reduction(out: list[Benchmark]) -> None:
@@ -876,8 +876,8 @@ def all_benchmarks(categories: Iterable[str] | None = None) -> list[Benchmark]:
     samples every op, dtype and size range of the category evenly; probes come first.
     """
     grid: list[Benchmark] = []
-    for family in (_matmul, _conv, _attention, _rnn, _elementwise, _activations_in_place, _reduction, _norm, _pool, _embedding, _copy,
-                   _optimizer, _probes):
+    for family in (_matmul, _conv, _attention, _rnn, _elementwise, _activations_in_place, _reduction, _norm, _pool,
+                   _embedding, _copy, _optimizer, _probes):
         family(grid)
     by_cat: dict[str, list[Benchmark]] = {}
     for b in grid:
