@@ -7,7 +7,7 @@ Reads data/calibration/<GPU>.jsonl (single-op benchmarks) and data/kernels/H100-
 well `executed_flops` prices them, transposing-copy and cast bandwidth, NHWC / NCHW depthwise
 convolution time ratios, the mixed-dtype add against a same-dtype one, layer norms over rows that are
 not a multiple of 4 elements, casts that write more than they read, RNN elapsed against device-busy
-time, and the share of VGG-16's bf16 inference spent in the broadcast bias adds after its convolutions.
+time, 1x1 convolutions against the memory roofline per plane size, and the share of VGG-16's bf16 inference spent in the broadcast bias adds after its convolutions.
 """
 from __future__ import annotations
 
@@ -105,6 +105,26 @@ def rgb_stems(rows: dict[str, dict]) -> str:
             f"(n={len(ratios)})") if ratios else "no 3-channel stem pairs"
 
 
+def pointwise_planes(gpu: str, rows: dict[str, dict]) -> str:
+    """1x1 stride-1 convolutions of NCHW data: time over the memory roofline per plane size and math mode
+    (a GEMM over the planes as stored when a plane is a whole number of tensor-core loads; the same
+    convolution through cuDNN's NHWC transposes otherwise)."""
+    import re
+
+    from estimator.catalog import get_gpu
+
+    bandwidth = get_gpu(gpu).memory_bandwidth_bytes_per_s
+    ratios: dict[tuple[str, int], list[float]] = {}
+    for name, row in rows.items():
+        match = re.fullmatch(r"conv2d_(?:fwd|bwd)_(bf16|tf32)_c\d+_\d+_hw(\d+)_k1_s1_g1_n(\d+)", name)
+        if match and int(match[3]) >= 32:
+            moved = sum(n["bytes_read"] + n["bytes_written"] for n in row["nodes"])
+            ratios.setdefault((match[1], int(match[2])), []).append(_us(row) * 1e-6 * bandwidth / moved)
+    return ("1x1 stride-1 NCHW convolutions, batch >= 32, time / memory roofline: "
+            + "; ".join(f"{mode} {hw}x{hw} {min(v):.1f}-{max(v):.1f}" for (mode, hw), v in sorted(
+                ratios.items(), key=lambda kv: (kv[0][0], -kv[0][1]))))
+
+
 def rnn_gaps(rows: dict[str, dict]) -> str:
     ratios = [r["time_ms_median"] / r["busy_ms"] for r in rows.values() if r.get("busy_ms")]
     return (f"RNN benchmarks: elapsed / device-busy {min(ratios):.2f}-{max(ratios):.2f} "
@@ -153,7 +173,8 @@ def main() -> None:
         rows = _rows(gpu)
         print(f"== {gpu}")
         for line in (causal_pairs(gpu, rows), copies(rows), nhwc_depthwise(rows), mixed_add(rows),
-                     odd_rows(rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows)):
+                     odd_rows(rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
+                     pointwise_planes(gpu, rows)):
             print("  " + line)
     print(vgg_bias_share())
     print(layout_transform_shares("H100-SXM-training"))

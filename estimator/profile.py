@@ -23,7 +23,7 @@ PROFILE_DIR = Path(__file__).parent / "profiles"
 RESIDUAL_FEATURES = ("const", "ridge_pos", "ridge_neg", "log_roof_us", "log_wave_eff", "misaligned",
                      "lowp", "tf32", "log_overhead", "log_narrow", "log_row_len", "log_row_fill", "permuted",
                      "log_work_kept", "log_window", "nhwc_lowp", "nhwc_fp32", "log_head_dim", "log_row_overhead",
-                     "mixed_dtypes", "broadcast", "odd_rows", "write_share")
+                     "mixed_dtypes", "broadcast", "odd_rows", "write_share", "relayout")
 # Residual fits are keyed by ATen op or category, optionally narrowed to one math mode: "op@mode".
 MODE_KEY_SEP = "@"
 
@@ -31,6 +31,19 @@ MODE_KEY_SEP = "@"
 def mode_key(name: str, mode: str) -> str:
     """The residual-fit key of an op or category narrowed to one math mode."""
     return name + MODE_KEY_SEP + mode
+
+
+def op_keys(op: str, mode: str) -> tuple[str, ...]:
+    """The per-op keys a node of ATen `op` priced in math `mode` may be fitted under, most specific first:
+    the op in that mode, the op, then the same for its out-of-place form ("aten.add_.Tensor" ->
+    "aten.add.Tensor"), whose kernel an in-place op runs when the suite has not measured it itself."""
+    keys = (mode_key(op, mode), op)
+    namespace, _, rest = op.partition(".")
+    name, dot, overload = rest.partition(".")
+    if name.endswith("_") and not name.endswith("__") and len(name) > 1:
+        functional = f"{namespace}.{name[:-1]}{dot}{overload}"
+        keys += (mode_key(functional, mode), functional)
+    return keys
 
 
 @dataclass(frozen=True)

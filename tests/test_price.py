@@ -242,6 +242,24 @@ def test_most_specific_residual_fit_prices_each_node(big_matmul):
         assert t == pytest.approx(2.0 * plain, rel=0.02)
 
 
+def test_in_place_op_falls_back_to_its_out_of_place_fit_and_pool():
+    """An op the suite never measured in place (add_) is priced by its out-of-place form's fit and
+    residual pool (add), ahead of the category's fit; an op measured in place keeps its own."""
+    from estimator.price.device_time import fit_key
+    from estimator.price.local_correction import local_corrections, pool_key
+    from estimator.profile import ResidualPoints
+    have = {"aten.add.Tensor@fp32", "aten.add.Tensor", "aten.relu_.default", "aten.relu.default", "elementwise"}
+    assert fit_key("aten.add_.Tensor", "elementwise", "fp32", have) == "aten.add.Tensor@fp32"
+    assert fit_key("aten.add_.Tensor", "elementwise", "bf16", have) == "aten.add.Tensor"
+    assert fit_key("aten.relu_.default", "elementwise", "fp32", have) == "aten.relu_.default"
+    assert fit_key("aten.mul_.Tensor", "elementwise", "fp32", have) == "elementwise"
+    points = ResidualPoints(scale=(1.0,), x=((0.0,),), residual=(0.3,))
+    assert pool_key("aten.add_.Tensor", "fp32", {"aten.add.Tensor": points}) == "aten.add.Tensor"
+    out = local_corrections(np.zeros((2, 1)), np.array(["aten.add_.Tensor", "aten.mul_.Tensor"]),
+                            np.array(["fp32", "fp32"]), {"aten.add.Tensor": points})
+    assert out[0] > 0.0 and out[1] == 0.0
+
+
 def test_profile_with_fewer_features_still_prices(big_matmul):
     """A profile names the features its fit used; one fitted before a feature existed keeps working."""
     import json
@@ -355,6 +373,18 @@ def test_layout_and_window_features():
     h = _features_of([{**base, "op": "aten._to_copy.default", "bytes_read": 2e6, "bytes_written": 4e6}, base,
                       {**conv, "bytes_read": 1e6, "bytes_written": 3e6}])
     assert h["write_share"][0] == pytest.approx(4 / 6 - 0.5) and list(h["write_share"][1:]) == [0.0, 0.0]
+
+
+def test_relayout_feature_marks_nchw_tensor_core_convs_cudnn_transposes():
+    conv = {"op": "aten.convolution.default", "category": "conv", "math_mode": "bf16", "flops": 1e9,
+            "bytes_read": 1e6, "bytes_written": 1e6, "gemm_m": 4096, "gemm_n": 64, "gemm_k": 64, "window": 1}
+    f = _features_of([{**conv, "gemm_plane": 28 * 28},                       # bf16 loads 8 elements: in place
+                      {**conv, "gemm_plane": 14 * 14},                       # 196 % 8 != 0: transposed
+                      {**conv, "math_mode": "tf32", "gemm_plane": 14 * 14},  # tf32 loads 4: in place
+                      {**conv, "gemm_k": 576, "window": 9},                  # 3x3: always transposed
+                      {**conv, "window": 9, "channels_last": True},          # NHWC already
+                      {**conv, "math_mode": "fp32", "window": 9}])           # CUDA cores: no tensor-core path
+    assert list(f["relayout"]) == [0.0, 1.0, 0.0, 1.0, 0.0, 0.0]
 
 
 def test_head_dim_and_row_overhead_features():

@@ -748,6 +748,19 @@ def test_conv_and_pool_record_their_window_and_memory_format():
     assert _conv_nodes(plain, "convolution")[0]["channels_last"] is False
 
 
+@pytest.mark.parametrize("conv, planes", [
+    (dict(kernel_size=1), 14 * 14),                       # a GEMM over the 14x14 planes as stored
+    (dict(kernel_size=1, stride=2), 0),                   # strided: gathers its operand
+    (dict(kernel_size=1, padding=1), 0),                  # padded: the output plane is larger
+    (dict(kernel_size=3, padding=1), 0),                  # a window: implicit im2col
+    (dict(kernel_size=1, groups=4), 0),                   # grouped
+])
+def test_conv_records_the_plane_of_a_plain_gemm(conv, planes):
+    graph = trace(torch.nn.Conv2d(8, 16, **conv), (torch.empty(2, 8, 14, 14),), mode="training")
+    assert _conv_nodes(graph, "convolution")[0]["gemm_plane"] == planes
+    assert _conv_nodes(graph, "convolution_backward")[0]["gemm_plane"] == planes
+
+
 @pytest.mark.parametrize("expr, permuted", [
     (lambda x: x.t().contiguous(), True), (lambda x: x.clone(), False),
     (lambda x: x.view(4, 8, 4, 8).permute(0, 2, 3, 1).contiguous(), True),

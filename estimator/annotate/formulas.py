@@ -94,7 +94,15 @@ def _convolution(call: OpCall) -> Cost:
         groups = int(call.args[8])
     mnk, g = _conv_gemm(_shape(x), _shape(w), _shape(tensors(call.out)[0]), groups, transposed)
     return replace(_with_gemm(call, "conv", torch_flops(call), mnk, g), window=math.prod(_shape(w)[2:]),
-                   channels_last=_is_channels_last(x))
+                   channels_last=_is_channels_last(x),
+                   gemm_plane=_gemm_plane(_shape(x), _shape(w), _shape(tensors(call.out)[0]), groups))
+
+
+def _gemm_plane(x: tuple, w: tuple, y: tuple, groups: int) -> int:
+    """Cost.gemm_plane of a convolution from `x` to `y` with weight `w`: H * W when it is a 1x1, ungrouped
+    one that keeps the input's spatial size (a GEMM over the activation as stored), else 0."""
+    plain = groups <= 1 and len(x) > 2 and math.prod(w[2:]) == 1 and tuple(x[2:]) == tuple(y[2:])
+    return math.prod(x[2:]) if plain else 0
 
 
 def _is_channels_last(x: Any) -> bool:
@@ -122,7 +130,8 @@ def _convolution_backward(call: OpCall) -> Cost:
     if groups > 1 and mask[1]:
         flops -= _weight_grad_overcount(grad_out, x, w, groups, transposed)
     return replace(_with_gemm(call, "conv", flops, dgrad if mask[0] else mnk, g, kernels),
-                   window=window, channels_last=_is_channels_last(x))
+                   window=window, channels_last=_is_channels_last(x),
+                   gemm_plane=_gemm_plane(_shape(x), _shape(w), _shape(grad_out), groups))
 
 
 def _weight_grad_overcount(grad_out: Any, x: Any, w: Any, groups: int, transposed: bool) -> float:

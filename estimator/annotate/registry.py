@@ -44,6 +44,11 @@ class Cost:
         im2col) and re-reads each input element window/stride^2 times.
     channels_last: a convolution's activation is stored channels-innermost (NHWC), which selects other
         (cuDNN NHWC) kernels than NCHW data does.
+    gemm_plane: for a 1x1 convolution that keeps the spatial size (stride 1, no padding) and is not
+        grouped, the elements of one activation plane (H * W); 0 otherwise. Such a convolution of NCHW
+        data is a batched GEMM over the planes as stored, which cuDNN runs in place when a plane is a
+        whole number of tensor-core loads; any other tensor-core convolution of NCHW data has cuDNN
+        transpose its operands to NHWC and back.
     mixed_dtypes: the op reads floating tensors of more than one dtype (bf16 activations with fp32
         weights or a fp32 residual under autocast): elementwise ops then cast per element on their
         non-vectorised path, and batch norm leaves cuDNN for PyTorch's own kernels.
@@ -66,6 +71,7 @@ class Cost:
     permuted: bool = False
     window: int = 0
     channels_last: bool = False
+    gemm_plane: int = 0
     mixed_dtypes: bool = False
     broadcast: bool = False
 

@@ -159,6 +159,7 @@ class OpRecorder(TorchDispatchMode):
             "permuted": bool(cost.permuted),
             "window": int(cost.window),
             "channels_last": bool(cost.channels_last),
+            "gemm_plane": int(cost.gemm_plane),
             "mixed_dtypes": bool(cost.mixed_dtypes),
             "broadcast": bool(cost.broadcast),
             "kernels": cost.kernels if not fused else (cost.kernels if category in TENSOR_CORE_CATEGORIES

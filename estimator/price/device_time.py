@@ -17,7 +17,7 @@ import numpy as np
 
 from ..annotate.registry import LAYOUT_SENSITIVE_CATEGORIES
 from ..catalog import GPUSpec
-from ..profile import RESIDUAL_FEATURES, Profile, ResidualFit, mode_key
+from ..profile import RESIDUAL_FEATURES, Profile, ResidualFit, mode_key, op_keys
 from .local_correction import local_corrections
 from .node_table import NodeTable, map_values
 
@@ -192,13 +192,20 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     # 1.3-2.0x as long as fp32 -> bf16 (4 read, 2 written; benchmarks/kernel_facts.py). 0 for read = write.
     streaming = np.isin(table.category, list(LAYOUT_SENSITIVE_CATEGORIES))
     f["write_share"] = np.where(streaming, table.bytes_written / np.maximum(table.bytes, 1.0) - 0.5, 0.0)
+    # cuDNN runs a tensor-core convolution of NCHW data in NHWC, transposing its operands on the way in
+    # and out, unless it is a GEMM over the planes as stored (1x1, stride 1) whose planes are a whole
+    # number of tensor-core loads (on the H100 the suite's bf16 1x1 convolutions over 28x28 and 56x56
+    # planes take 1.3-3.1x their memory roofline, over 14x14 and 7x7 planes 3.9-11.8x; kernel_facts.py).
+    in_place = (table.gemm_plane > 0) & (np.mod(table.gemm_plane, align) == 0)
+    tensor_core_conv = (table.category == "conv") & table.tensor_core & (mode != "fp32")
+    f["relayout"] = tensor_core_conv & ~table.channels_last & ~in_place
     return np.column_stack([np.broadcast_to(np.asarray(f[name], dtype=float), (n,)) for name in RESIDUAL_FEATURES])
 
 
 def fit_key(op: str, category: str, mode: str, available: Iterable[str]) -> str:
-    """The residual fit a node uses: the most specific of op@mode, op, category@mode, category that
-    the profile has, else "default"."""
-    return next((c for c in (mode_key(op, mode), op, mode_key(category, mode), category) if c in available),
+    """The residual fit a node uses: the most specific of op@mode, op (or its out-of-place form, see
+    op_keys), category@mode, category that the profile has, else "default"."""
+    return next((c for c in (*op_keys(op, mode), mode_key(category, mode), category) if c in available),
                 "default")
 
 

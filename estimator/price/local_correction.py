@@ -18,7 +18,7 @@ from typing import Mapping
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from ..profile import ResidualPoints, mode_key
+from ..profile import ResidualPoints, op_keys
 
 NEIGHBOURS = 5
 BANDWIDTH = 0.5
@@ -27,8 +27,9 @@ PRIOR_WEIGHT = 0.5
 
 def pool_key(op: str, mode: str, pools: Mapping[str, ResidualPoints]) -> str | None:
     """The residual pool a node of ATen `op` priced in math `mode` draws on: its op in that mode, else its
-    op, else none (an op the suite never measured keeps the plain regression)."""
-    for key in (mode_key(op, mode), op):
+    op, else the same for its out-of-place form (op_keys), else none (an op the suite never measured keeps
+    the plain regression)."""
+    for key in op_keys(op, mode):
         if key in pools:
             return key
     return None

@@ -37,6 +37,7 @@ class NodeTable:
     permuted: np.ndarray      # bool: reads an input in another memory order than it writes (transposing copy)
     window: np.ndarray        # sliding-window area of convolutions and pooling (kh * kw); 0 otherwise
     channels_last: np.ndarray # bool: a convolution on NHWC-stored activations
+    gemm_plane: np.ndarray    # H * W of a 1x1 stride-1 ungrouped convolution (a GEMM over NCHW planes); else 0
     mixed_dtypes: np.ndarray  # bool: reads floating tensors of more than one dtype
     broadcast: np.ndarray     # bool: a streaming op reading a smaller tensor expanded to the output
     free: np.ndarray          # bool: metadata-only, no kernel, no host dispatch worth pricing
@@ -75,6 +76,7 @@ class NodeTable:
             permuted=np.asarray(col("permuted", False), dtype=bool),
             window=np.asarray(col("window", 0), dtype=float),
             channels_last=np.asarray(col("channels_last", False), dtype=bool),
+            gemm_plane=np.asarray(col("gemm_plane", 0), dtype=float),
             mixed_dtypes=np.asarray(col("mixed_dtypes", False), dtype=bool),
             broadcast=np.asarray(col("broadcast", False), dtype=bool),
             free=np.asarray(col("free", False), dtype=bool),
