@@ -215,7 +215,10 @@ def _matmul(out: list[Benchmark]) -> None:
                                  {"op": "linear", "dtype": mode, "tokens": tokens, "in": fin, "out": fout}, build,
                                  est_ms=_est(fl, nb, mode), matmul_tf32=mode == "tf32"))
         for b, m, n, k in [(8, 512, 512, 64), (96, 128, 128, 64), (32, 1024, 1024, 128), (4, 2048, 2048, 2048),
-                           (64, 197, 197, 64), (256, 64, 64, 32)]:
+                           (64, 197, 197, 64), (256, 64, 64, 32),
+                           # a linear layer on a 3-D activation traces as a batched GEMM against the expanded
+                           # weight: a recurrent LM's vocabulary head, sequence-first attention projections
+                           (256, 64, 10000, 512), (50, 256, 2304, 768), (197, 64, 2304, 768)]:
             fl = 2.0 * b * m * n * k
             nb = b * (m * k + k * n + m * n) * dt.itemsize
 
@@ -255,6 +258,10 @@ _STEM_BATCHES = (64, 256)
 _DEPTHWISE_LAYERS = [(96, 56, 7, 1), (192, 28, 7, 1), (384, 14, 7, 1), (768, 7, 7, 1), (96, 112, 3, 2),
                      (240, 28, 5, 1), (672, 14, 5, 1), (1152, 7, 5, 1)]
 
+# The 3x3 grouped layers of ResNeXt-32x4d stages (channels, hw; 32 groups): 4 channels per group are too
+# few for a tensor-core kernel (CUDA cores), 8-32 take grouped tensor-core kernels.
+_GROUPED_LAYERS = [(128, 56), (512, 14), (1024, 7)]
+
 
 def _conv_grid() -> list[tuple[tuple[int, int, int, int, int, int], tuple[int, ...], bool, bool]]:
     """(layer, batches, with backward at every batch, channels-last activations) for every convolution
@@ -273,6 +280,7 @@ def _conv_grid() -> list[tuple[tuple[int, int, int, int, int, int], tuple[int, .
     # in bf16 and a shape-dependent 0.3-3.4x in tf32 (benchmarks/kernel_facts.py).
     grid += [((c, c, hw, k, stride, c), (32, 128), True, last) for last in (False, True)
              for c, hw, k, stride in _DEPTHWISE_LAYERS]
+    grid += [((c, c, hw, 3, 1, 32), (32, 128), True, False) for c, hw in _GROUPED_LAYERS]
     return grid
 
 
@@ -481,7 +489,8 @@ def _elementwise(out: list[Benchmark]) -> None:
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
         for shape, bshape in [((64, 64, 112, 112), (1, 64, 1, 1)), ((64, 512, 28, 28), (1, 512, 1, 1)),
-                              ((256, 256, 14, 14), (1, 256, 1, 1)), ((8192, 4096), (4096,))]:
+                              ((256, 256, 14, 14), (1, 256, 1, 1)), ((8192, 4096), (4096,)),
+                              ((16384, 10000), (10000,)), ((12608, 2304), (2304,))]:
             n = math.prod(shape)
 
             def build(device: torch.device, seed: int, shape=shape, bshape=bshape, dt=dt) -> Built:
@@ -513,10 +522,12 @@ def _activations_in_place(out: list[Benchmark]) -> None:
     for mode in ("fp32", "bf16"):
         for opname, fn in fns.items():
             arity = 2 if opname == "threshold_backward" else 1
-            numels = _NUMELS[2:] if opname in ("relu_", "threshold_backward") else _NUMELS[3::2]
             tag = opname.replace("_", "") + "inplace" if opname.endswith("_") else opname
-            for n in numels:
+            for n in _NUMELS[2:]:
                 out.append(_streaming(opname, tag, fn, arity, mode, n))
+        # a tensor divided by a Python number (attention scaling, loss averaging, optimizer steps)
+        for n in _NUMELS[1::2]:
+            out.append(_streaming("div", "divscalar", lambda x: torch.ops.aten.div.Scalar(x, 3.0), 1, mode, n))
 
 
 def _reduction(out: list[Benchmark]) -> None:
@@ -535,6 +546,15 @@ def _reduction(out: list[Benchmark]) -> None:
                 out.append(Benchmark(f"reduce_{opname}_fp32_{r}x{c}_dim{dim}", "reduction",
                                      {"op": opname, "dtype": "fp32", "rows": r, "cols": c, "dim": dim}, build,
                                      est_ms=_est(r * c, 4.0 * r * c)))
+    # reductions of a whole tensor to one number (a loss's mean, a norm for gradient clipping)
+    for mode in ("fp32", "bf16"):
+        for opname, fn in {"sum": torch.sum, "mean": torch.mean}.items():
+            for n in (2 ** 20, 2 ** 24, 2 ** 27):
+                def build_all(device: torch.device, seed: int, n=n, fn=fn, dt=DTYPES[mode]) -> Built:
+                    return _simple(lambda x: fn(x), [(_d(n, device, 1024),)], [dt])(device, seed)
+                out.append(Benchmark(f"reduce_{opname}_all_{mode}_n{n}", "reduction",
+                                     {"op": opname, "dtype": mode, "numel": n}, build_all,
+                                     est_ms=_est(n, DTYPES[mode].itemsize * n)))
     # column sums over tokens: the bias gradient of every linear layer in training
     for mode in ("fp32", "bf16"):
         for r, c in [(8192, 768), (16384, 3072), (50176, 96), (4096, 1024)]:
@@ -577,7 +597,9 @@ def _norm(out: list[Benchmark]) -> None:
         shapes = [(32, 64, 112), (32, 256, 56), (128, 512, 28), (8, 2048, 7), (1, 64, 56), (64, 96, 35),
                   (64, 32, 112), (16, 24, 112), (256, 128, 14),
                   # last stages at training batch: few channels per SM and 49-element planes
-                  (256, 512, 7), (128, 2048, 7)]
+                  (256, 512, 7), (128, 2048, 7),
+                  # first stages at training batch: millions of elements per channel
+                  (256, 64, 112), (128, 256, 56), (128, 96, 112)]
         for n, c, hw in shapes:
             numel = n * c * hw * hw
 
@@ -609,6 +631,8 @@ def _norm(out: list[Benchmark]) -> None:
         for tokens, dim in [(2048, 768), (8192, 4096), (1, 4096), (32768, 1024), (4 * 197, 384), (16384, 50),
                             (16384, 64), (4096, 128), (65536, 256), (512, 2048), (256, 8192), (4096, 100),
                             (1024, 12288), (401408, 96), (100352, 192),
+                            # ConvNeXt-style norms over the channels of NHWC tokens, at training batch
+                            (200704, 96), (802816, 96), (25088, 384), (6272, 768),
                             # rows that are not a multiple of 4 elements take the unvectorised kernels
                             (8192, 75), (4096, 250), (32768, 30), (2048, 1001)]:
             numel = tokens * dim
@@ -787,6 +811,17 @@ def _copy(out: list[Benchmark]) -> None:
         out.append(Benchmark(f"cat_fp32_{parts}x{n}", "copy", {"op": "cat", "dtype": "fp32", "parts": parts,
                                                                 "numel": n}, build,
                              est_ms=_est(0, 8.0 * parts * n)))
+    # along the channels of NCHW activations (SqueezeNet's fire modules, DenseNet's blocks): each part is
+    # written as strided slabs of the output
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for parts, (n, c, hw) in [(2, (256, 64, 55)), (2, (256, 128, 27)), (4, (64, 128, 28)), (8, (64, 32, 56))]:
+            def build_ch(device: torch.device, seed: int, parts=parts, n=n, c=c, hw=hw, dt=dt) -> Built:
+                shape = (_d(n, device, 2), _d(c, device, 4), _d(hw, device, 8), _d(hw, device, 8))
+                return _simple(lambda *ts: torch.cat(ts, 1), [shape] * parts, [dt] * parts)(device, seed)
+            out.append(Benchmark(f"cat_channels_{mode}_{parts}x{n}x{c}x{hw}x{hw}", "copy",
+                                 {"op": "cat", "dtype": mode, "parts": parts, "batch": n, "channels": c, "hw": hw},
+                                 build_ch, est_ms=_est(0, 2.0 * dt.itemsize * parts * n * c * hw * hw)))
 
 
 # ---------------------------------------------------------------- optimizers
