@@ -827,6 +827,23 @@ def test_conv_bias_is_a_separate_add_as_on_cuda():
     assert flops(graph, phase="forward") == pytest.approx(flops(trace(model, (torch.empty(2, 3, 16, 16),)), phase="forward"))
 
 
+def test_depthwise_conv_of_channels_last_data_adds_its_bias_after():
+    """PyTorch's depthwise kernels take NCHW data only: on channels-last activations (ConvNeXt) the
+    convolution runs in cuDNN and the bias is a separate broadcast add, as for dense convolutions."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dw = torch.nn.Conv2d(8, 8, 7, padding=3, groups=8)
+
+        def forward(self, x):  # activations stored NHWC, viewed as NCHW
+            return self.dw(x.permute(0, 3, 1, 2))
+    channels_last = trace(Net(), (torch.empty(2, 16, 16, 8),), mode="training")
+    add, = nodes(channels_last, op="aten.add_.Tensor")
+    assert add["broadcast"]
+    nchw = trace(Net().dw, (torch.empty(2, 8, 16, 16),), mode="training")
+    assert not nodes(nchw, op="aten.add_.Tensor")
+
+
 def test_mixed_dtype_and_broadcast_flags():
     class Fn(torch.nn.Module):
         def forward(self, x, y, b):

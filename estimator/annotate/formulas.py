@@ -16,7 +16,8 @@ import torch
 from torch.utils.flop_counter import conv_flop_count, flop_registry
 
 from .registry import (
-    Cost, OpCall, by_category, generic_cost, iter_ops, layout_order, mark_free, reduced_rows, register_cost,
+    Cost, OpCall, by_category, generic_cost, is_channels_last, iter_ops, layout_order, mark_free, reduced_rows,
+    register_cost,
     tensors, unique_bytes,
 )
 
@@ -94,7 +95,7 @@ def _convolution(call: OpCall) -> Cost:
         groups = int(call.args[8])
     mnk, g = _conv_gemm(_shape(x), _shape(w), _shape(tensors(call.out)[0]), groups, transposed)
     return replace(_with_gemm(call, "conv", torch_flops(call), mnk, g), window=math.prod(_shape(w)[2:]),
-                   channels_last=_is_channels_last(x),
+                   channels_last=is_channels_last(x),
                    gemm_plane=_gemm_plane(_shape(x), _shape(w), _shape(tensors(call.out)[0]), groups))
 
 
@@ -103,14 +104,6 @@ def _gemm_plane(x: tuple, w: tuple, y: tuple, groups: int) -> int:
     one that keeps the input's spatial size (a GEMM over the activation as stored), else 0."""
     plain = groups <= 1 and len(x) > 2 and math.prod(w[2:]) == 1 and tuple(x[2:]) == tuple(y[2:])
     return math.prod(x[2:]) if plain else 0
-
-
-def _is_channels_last(x: Any) -> bool:
-    """Whether an activation (N, C, spatial...) has its channels innermost in memory (NHWC/NDHWC)."""
-    if not isinstance(x, torch.Tensor) or x.dim() < 4 or x.shape[1] <= 1:
-        return False
-    order = layout_order(x)
-    return order is not None and order[-1] == 1
 
 
 @register_cost(aten.convolution_backward)
@@ -130,7 +123,7 @@ def _convolution_backward(call: OpCall) -> Cost:
     if groups > 1 and mask[1]:
         flops -= _weight_grad_overcount(grad_out, x, w, groups, transposed)
     return replace(_with_gemm(call, "conv", flops, dgrad if mask[0] else mnk, g, kernels),
-                   window=window, channels_last=_is_channels_last(x),
+                   window=window, channels_last=is_channels_last(x),
                    gemm_plane=_gemm_plane(_shape(x), _shape(w), _shape(grad_out), groups))
 
 

@@ -226,6 +226,14 @@ def layout_order(t: torch.Tensor) -> tuple[int, ...] | None:
     return tuple(sorted(dims, key=lambda d: -t.stride(d)))
 
 
+def is_channels_last(x: Any) -> bool:
+    """Whether an activation (N, C, spatial...) has its channels innermost in memory (NHWC/NDHWC)."""
+    if not isinstance(x, torch.Tensor) or x.dim() < 4 or x.shape[1] <= 1:
+        return False
+    order = layout_order(x)
+    return order is not None and order[-1] == 1
+
+
 def is_permuted(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> bool:
     """Whether an input of an output's shape is laid out in a different memory order from it."""
     for out in outputs:

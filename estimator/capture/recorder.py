@@ -17,8 +17,8 @@ from torch.utils.module_tracker import ModuleTracker
 
 from ..annotate import formulas as _formulas  # noqa: F401  (registers the cost formulas)
 from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
-from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, storage_key, tensor_bytes,
-                                 tensors, unique_bytes)
+from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, is_channels_last, storage_key,
+                                 tensor_bytes, tensors, unique_bytes)
 from .cuda_autocast import call_with_cuda_policy
 from .normalize import cuda_op_name
 
@@ -226,7 +226,9 @@ class CudaFunctionPaths(TorchFunctionMode):
       dropout takes the composite path on CUDA too and is left alone.
     - Convolution bias: cuDNN convolves without it and PyTorch adds it after, a broadcast add that reads
       and writes the whole output (a quarter of VGG-16's bf16 inference kernel time on an H100); its gradient is a
-      separate reduction. The CPU fuses it. PyTorch's own depthwise kernels add it in the kernel.
+      separate reduction. The CPU fuses it. PyTorch's own depthwise kernels add it in the kernel, but
+      those only take NCHW data: a depthwise convolution of channels-last activations (ConvNeXt's) runs in
+      cuDNN with the separate add (one broadcast add per depthwise layer in the kernel profiles).
     - Mixed precision: ops whose autocast policy differs between the CPU (where we trace) and CUDA run
       with CUDA's (see `cuda_autocast`).
 
@@ -270,8 +272,9 @@ def _separate_bias_args(args: tuple, kwargs: dict) -> tuple[tuple[tuple, dict], 
     weight, bias, groups = bound.get("weight"), bound.get("bias"), bound.get("groups", 1)
     if not isinstance(bias, torch.Tensor) or not isinstance(weight, torch.Tensor):
         return None
-    if isinstance(groups, int) and groups > 1 and weight.shape[1] == 1:
-        return None  # depthwise: PyTorch's kernel adds the bias itself
+    depthwise = isinstance(groups, int) and groups > 1 and weight.shape[1] == 1
+    if depthwise and not is_channels_last(bound.get("input")):
+        return None  # depthwise on NCHW data: PyTorch's kernel adds the bias itself
     positional = tuple(None if i == 2 else a for i, a in enumerate(args))
     return (positional, {k: (None if k == "bias" else v) for k, v in kwargs.items()}), bias
 
