@@ -185,9 +185,12 @@ def _matmul(out: list[Benchmark]) -> None:
     skinny = [(1, 4096, 4096), (8, 4096, 4096), (32, 4096, 4096), (1, 11008, 4096), (8, 4096, 11008),
               (32, 1024, 1024), (128, 4096, 4096), (512, 768, 768)]
     rect = [(8192, 1024, 4096), (16384, 4096, 1024), (4096, 50257, 768), (2048, 8192, 8192), (65536, 256, 256)]
+    # weight gradients of linear layers (M x N = the weight, K = the tokens): few output tiles, deep K
+    wgrad = [(96, 384, 401408), (192, 768, 100352), (384, 1536, 25088), (768, 3072, 6272), (768, 768, 16384),
+             (1024, 4096, 8192)]
     for mode in ("bf16", "fp16", "tf32", "fp32"):
         dt = DTYPES[mode]
-        shapes = [(s, s, s) for s in square] + awkward + skinny + rect
+        shapes = [(s, s, s) for s in square] + awkward + skinny + rect + wgrad
         if mode == "fp32":  # slow fp32 FMA: skip the largest
             shapes = [s for s in shapes if s[0] * s[1] * s[2] <= 2 * 4096 ** 3]
         for m, n, k in shapes:

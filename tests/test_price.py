@@ -297,6 +297,20 @@ def _features_of(records, gpu_name="H100"):
     return {name: times.features[:, i] for i, name in enumerate(RESIDUAL_FEATURES)}
 
 
+def test_deep_gemm_with_few_output_tiles_is_split_along_k():
+    """A weight gradient over many tokens (96 x 384 outputs: 3 tiles on 132 SMs) is split along K and
+    fills the GPU; the same output with a shallow K cannot be split and leaves most SMs idle."""
+    from estimator.price.device_time import GEMM_TILE, SPLIT_K_DEPTH
+    mm = {"op": "aten.mm.default", "category": "matmul", "math_mode": "bf16", "flops": 1e9, "bytes_read": 1e6,
+          "bytes_written": 1e6, "gemm_m": 96, "gemm_n": 384}
+    f = _features_of([{**mm, "gemm_k": 401408}, {**mm, "gemm_k": SPLIT_K_DEPTH // 2},
+                      {**mm, "gemm_k": 2 * SPLIT_K_DEPTH}])
+    sms, tiles = get_gpu("H100").sm_count, math.ceil(96 / GEMM_TILE) * math.ceil(384 / GEMM_TILE)
+    assert f["log_wave_eff"][0] == pytest.approx(math.log(tiles * (sms // tiles) / sms))
+    assert f["log_wave_eff"][1] == pytest.approx(math.log(tiles / sms))       # no K to split
+    assert f["log_wave_eff"][2] == pytest.approx(math.log(2 * tiles / sms))   # two slices of the least depth
+
+
 def test_row_features_follow_rows_and_row_length():
     gpu = get_gpu("H100")
     base = {"op": "aten.native_layer_norm.default", "category": "norm", "math_mode": "fp32", "flops": 1e6,

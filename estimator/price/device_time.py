@@ -25,6 +25,11 @@ from .node_table import NodeTable, map_values
 MATH_MODE_FALLBACK = {"fp8": "fp16", "int8": "fp16", "bf16": "fp32", "fp16": "fp32", "tf32": "fp32",
                       "int": "fp32", "fp64": "fp32"}
 GEMM_TILE = 128                       # output tile edge of the tensor-core GEMM kernels that dominate
+# cuBLAS splits a GEMM with fewer output tiles than SMs and a deep K along K over more CTAs (split-K and
+# stream-K kernels), each slice keeping at least SPLIT_K_DEPTH of K: a weight gradient over 400k tokens
+# (96 x 384 outputs, 3 tiles) runs near its roofline, not at 3/132 of the GPU (the suite's mm_*_k401408;
+# ConvNeXt-T's by-op profile). Matmul ops only: cuDNN picks its own convolution kernels.
+SPLIT_K_DEPTH = 1024
 # Causal attention (see executed_flops): the fixed work of one query tile in key tiles, and the query
 # tiles resident per SM. Chosen against the suite's causal / non-causal SDPA pairs, whose time ratios are
 # 0.57 at 64 key tiles, 0.64 at 16 and ~1.0 at 2 (and ~0.9 for 256 query tiles, which one wave holds);
@@ -143,6 +148,8 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     m, nn, k, batch = table.gemm.T
     is_gemm = (m > 0) & (nn > 0)
     tiles = np.ceil(np.maximum(m, 1) / GEMM_TILE) * np.ceil(np.maximum(nn, 1) / GEMM_TILE) * np.maximum(batch, 1)
+    split = np.clip(np.floor(gpu.sm_count / tiles), 1.0, np.maximum(np.floor(np.maximum(k, 1) / SPLIT_K_DEPTH), 1.0))
+    tiles = np.where(table.category == "matmul", tiles * split, tiles)
     waves = np.ceil(tiles / gpu.sm_count)
     wave_eff = np.where(is_gemm, tiles / (waves * gpu.sm_count), 1.0)
     align = map_values(mode, ALIGN_ELEMENTS, 1.0)
