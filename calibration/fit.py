@@ -28,7 +28,7 @@ from estimator.errors import ProfileError
 from estimator.price.device_time import RESIDUAL_CLIP, device_times, fit_key, fit_keys, within_fit_range
 from estimator.price.host_timeline import launch_costs
 from estimator.price.node_table import NodeTable
-from estimator.price.power import voltage_ratio
+from estimator.price.power import dram_bytes, voltage_ratio
 from estimator.price.profile_choice import roofline_profile
 from estimator.profile import (PROFILE_SCHEMA, RESIDUAL_FEATURES, PowerFit, Profile, ResidualFit, ResidualPoints,
                                mode_key, prior_profile, profile_from_json)
@@ -372,7 +372,7 @@ def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_rat
         tc = table.tensor_core
         u_tc = min(float((times.work_flops[tc] / times.peak_flops[tc]).sum()) / t, 1.0)
         u_vec = min(float((times.work_flops[~tc] / times.peak_flops[~tc]).sum()) / t, 1.0)
-        u_mem = min(float(table.bytes.sum()) / gpu.memory_bandwidth_bytes_per_s / t, 1.0)
+        u_mem = min(float(dram_bytes(table, times).sum()) / gpu.memory_bandwidth_bytes_per_s / t, 1.0)
         s = clock / gpu.max_clock_mhz * float(voltage_ratio(gpu, clock, v_min_ratio)) ** 2
         xs.append([1.0, s * u_tc, s * u_vec, u_mem])
         ys.append(p)

@@ -158,6 +158,26 @@ def test_power_and_energy_are_physical(big_matmul, big_add):
         assert hi.edp_js == pytest.approx(hi.energy_j * hi.time_s)
 
 
+def test_memory_power_counts_cudnn_layout_transposes():
+    """A tensor-core convolution of NCHW data moves its activations through cuDNN's NHWC transposes as
+    well: its memory utilisation is (1 + RELAYOUT_TRAFFIC) times that of the same convolution on NHWC
+    data at the same time, and its power higher."""
+    from estimator.price.device_time import device_times
+    from estimator.price.node_table import NodeTable
+    from estimator.price.power import RELAYOUT_TRAFFIC, node_power
+    from estimator.price.profile_choice import roofline_profile
+    from estimator.profile import prior_profile
+    gpu = get_gpu("H100")
+    conv = {"op": "aten.convolution.default", "category": "conv", "math_mode": "bf16", "flops": 1e10,
+            "bytes_read": 2e6, "bytes_written": 2e6, "gemm_m": 4096, "gemm_n": 64, "gemm_k": 576, "window": 9}
+    table = NodeTable.from_records([conv, {**conv, "channels_last": True}])   # compute-bound: both < 1
+    times, _ = device_times(table, gpu, gpu.max_clock_mhz, roofline_profile())
+    assert times.device_s[0] == times.device_s[1]
+    power = node_power(table, times, gpu, gpu.max_clock_mhz, prior_profile().power)
+    assert power.util_memory[0] == pytest.approx((1 + RELAYOUT_TRAFFIC) * power.util_memory[1])
+    assert power.power_w[0] > power.power_w[1]
+
+
 def test_power_limit_caps_power_and_slows_compute_bound(big_matmul):
     gpu = get_gpu("H100")
     free = estimator.estimate(big_matmul, "H100")

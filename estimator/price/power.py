@@ -14,9 +14,21 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..catalog import GPUSpec
-from ..profile import PowerFit
+from ..profile import RESIDUAL_FEATURES, PowerFit
 from .device_time import DeviceTimes
 from .node_table import NodeTable
+
+
+# cuDNN's NCHW -> NHWC transpose of a convolution's input and the transpose of its output back each
+# read and write the activation once more: about twice the convolution's own first-touch traffic.
+RELAYOUT_TRAFFIC = 2.0
+
+
+def dram_bytes(table: NodeTable, times: DeviceTimes) -> np.ndarray:
+    """DRAM traffic (bytes) of each node for its memory power: the bytes it reads and writes, plus the
+    layout transposes cuDNN runs around a convolution of NCHW data (the `relayout` feature)."""
+    relayout = times.features[:, RESIDUAL_FEATURES.index("relayout")]
+    return table.bytes * (1.0 + RELAYOUT_TRAFFIC * relayout)
 
 
 def voltage_ratio(gpu: GPUSpec, clock_mhz: np.ndarray | float, v_min_ratio: float) -> np.ndarray:
@@ -51,7 +63,7 @@ def node_power(table: NodeTable, times: DeviceTimes, gpu: GPUSpec, clock_mhz: np
     """Power (W) of each node at its clock, from its achieved fraction of the compute and memory roofs."""
     t = np.maximum(times.device_s, 1e-12)
     util_compute = np.clip(times.work_flops / (times.peak_flops * t), 0.0, 1.0)
-    util_mem = np.clip(table.bytes / (gpu.memory_bandwidth_bytes_per_s * t), 0.0, 1.0)
+    util_mem = np.clip(dram_bytes(table, times) / (gpu.memory_bandwidth_bytes_per_s * t), 0.0, 1.0)
     tc = table.tensor_core
     v = voltage_ratio(gpu, clock_mhz, fit.v_min_ratio)
     scale = np.asarray(clock_mhz, dtype=float) / gpu.max_clock_mhz * v ** 2
