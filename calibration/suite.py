@@ -723,6 +723,28 @@ def _pool(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"avgpool2x2_fp32_n{n}_c{c}_hw{hw}", "pool",
                                  {"op": "avg_pool2d_2x2", "dtype": "fp32", "batch": n, "channels": c, "hw": hw},
                                  build_avg, est_ms=_est(numel, 5.0 * numel)))
+    # Squeeze-and-excitation blocks (RegNetY, EfficientNet, MobileNetV3): every activation is pooled to one
+    # value per (sample, channel) and then scaled by one, at stage shapes and batches that fill the GPU.
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for n, c, hw in [(256, 64, 56), (256, 144, 28), (256, 320, 14), (256, 784, 7), (128, 96, 112)]:
+            numel = n * c * hw * hw
+
+            def shape(device: torch.device, n=n, c=c, hw=hw) -> tuple[int, ...]:
+                return (_d(n, device, 2), _d(c, device, 4), _d(hw, device, 8), _d(hw, device, 8))
+
+            def build_squeeze(device: torch.device, seed: int, shape=shape, dt=dt) -> Built:
+                return _simple(lambda x: F.adaptive_avg_pool2d(x, 1), [shape(device)], [dt])(device, seed)
+
+            def build_excite(device: torch.device, seed: int, shape=shape, dt=dt) -> Built:
+                xs = shape(device)
+                return _simple(torch.mul, [xs, (*xs[:2], 1, 1)], [dt, dt])(device, seed)
+            params = {"dtype": mode, "batch": n, "channels": c, "hw": hw}
+            out.append(Benchmark(f"adaptive_avgpool_{mode}_n{n}_c{c}_hw{hw}", "pool",
+                                 {"op": "adaptive_avg_pool2d", **params}, build_squeeze,
+                                 est_ms=_est(numel, numel * dt.itemsize)))
+            out.append(Benchmark(f"ew_channel_scale_{mode}_n{n}_c{c}_hw{hw}", "elementwise",
+                                 {"op": "mul", **params}, build_excite, est_ms=_est(numel, 2.0 * numel * dt.itemsize)))
 
 
 def _embedding(out: list[Benchmark]) -> None:
