@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -50,9 +51,13 @@ def causal_pairs(gpu: str, rows: dict[str, dict]) -> str:
             f"priced within {100 * (math.exp(statistics.mean(errors)) - 1):.1f} % on average (mean |log|)")
 
 
+def _moved_bytes(row: dict) -> float:
+    """Bytes a benchmark's nodes read and write (each tensor touched once)."""
+    return sum(n["bytes_read"] + n["bytes_written"] for n in row["nodes"])
+
+
 def _bandwidth_tb_s(row: dict) -> float:
-    moved = sum(n["bytes_read"] + n["bytes_written"] for n in row["nodes"])
-    return moved / (row["time_ms_median"] * 1e-3) / 1e12
+    return _moved_bytes(row) / (row["time_ms_median"] * 1e-3) / 1e12
 
 
 def copies(rows: dict[str, dict]) -> str:
@@ -109,8 +114,6 @@ def pointwise_planes(gpu: str, rows: dict[str, dict]) -> str:
     """1x1 stride-1 convolutions of NCHW data: time over the memory roofline per plane size and math mode
     (a GEMM over the planes as stored when a plane is a whole number of tensor-core loads; the same
     convolution through cuDNN's NHWC transposes otherwise)."""
-    import re
-
     from estimator.catalog import get_gpu
 
     bandwidth = get_gpu(gpu).memory_bandwidth_bytes_per_s
@@ -118,8 +121,7 @@ def pointwise_planes(gpu: str, rows: dict[str, dict]) -> str:
     for name, row in rows.items():
         match = re.fullmatch(r"conv2d_(?:fwd|bwd)_(bf16|tf32)_c\d+_\d+_hw(\d+)_k1_s1_g1_n(\d+)", name)
         if match and int(match[3]) >= 32:
-            moved = sum(n["bytes_read"] + n["bytes_written"] for n in row["nodes"])
-            ratios.setdefault((match[1], int(match[2])), []).append(_us(row) * 1e-6 * bandwidth / moved)
+            ratios.setdefault((match[1], int(match[2])), []).append(_us(row) * 1e-6 * bandwidth / _moved_bytes(row))
     return ("1x1 stride-1 NCHW convolutions, batch >= 32, time / memory roofline: "
             + "; ".join(f"{mode} {hw}x{hw} {min(v):.1f}-{max(v):.1f}" for (mode, hw), v in sorted(
                 ratios.items(), key=lambda kv: (kv[0][0], -kv[0][1]))))

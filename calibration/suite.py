@@ -89,6 +89,11 @@ def _d(x: int, device: torch.device, cap: int = 16) -> int:
     return x if not _tiny(device) else max(1, min(x, cap))
 
 
+def _nchw(device: torch.device, n: int, c: int, hw: int) -> tuple[int, int, int, int]:
+    """An (N, C, H, W) activation shape: as given on the GPU, capped at (2, 4, 8, 8) on CPU dry runs."""
+    return _d(n, device, 2), _d(c, device, 4), _d(hw, device, 8), _d(hw, device, 8)
+
+
 def _gen(device: torch.device, seed: int, i: int) -> torch.Generator | None:
     if device.type == "meta":
         return None  # meta tensors hold no values to draw
@@ -677,8 +682,7 @@ def _pool(out: list[Benchmark]) -> None:
             numel = n * c * hw * hw
 
             def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, dt=dt) -> tuple:
-                return (_randn((_d(n, device, 2), _d(c, device, 4), _d(hw, device, 8), _d(hw, device, 8)), dt, device,
-                               seed, i),)
+                return (_randn(_nchw(device, n, c, hw), dt, device, seed, i),)
 
             def mp(x: torch.Tensor) -> torch.Tensor:
                 return F.max_pool2d(x, 3, 2, 1)
@@ -698,8 +702,7 @@ def _pool(out: list[Benchmark]) -> None:
             for n, c, hw in shapes:
                 numel = n * c * hw * hw
                 def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, dt=dt) -> tuple:
-                    return (_randn((_d(n, device, 2), _d(c, device, 4), _d(hw, device, 8), _d(hw, device, 8)), dt,
-                                   device, seed, i),)
+                    return (_randn(_nchw(device, n, c, hw), dt, device, seed, i),)
                 params = {"dtype": mode, "batch": n, "channels": c, "hw": hw}
                 tag = f"{mode}_n{n}_c{c}_hw{hw}"
                 _fwd_bwd(out, prefix, tag, "pool", opname, params, fn, leaves, 1,
@@ -709,7 +712,7 @@ def _pool(out: list[Benchmark]) -> None:
 
         def build(device: torch.device, seed: int, n=n, c=c, hw=hw) -> Built:
             return _simple(lambda x: F.adaptive_avg_pool2d(x, 1),
-                           [(_d(n, device, 2), _d(c, device, 4), _d(hw, device, 8), _d(hw, device, 8))],
+                           [_nchw(device, n, c, hw)],
                            [torch.float32])(device, seed)
         out.append(Benchmark(f"adaptive_avgpool_fp32_n{n}_c{c}_hw{hw}", "pool",
                              {"op": "adaptive_avg_pool2d", "dtype": "fp32", "batch": n, "channels": c, "hw": hw},
@@ -730,14 +733,11 @@ def _pool(out: list[Benchmark]) -> None:
         for n, c, hw in [(256, 64, 56), (256, 144, 28), (256, 320, 14), (256, 784, 7), (128, 96, 112)]:
             numel = n * c * hw * hw
 
-            def shape(device: torch.device, n=n, c=c, hw=hw) -> tuple[int, ...]:
-                return (_d(n, device, 2), _d(c, device, 4), _d(hw, device, 8), _d(hw, device, 8))
+            def build_squeeze(device: torch.device, seed: int, n=n, c=c, hw=hw, dt=dt) -> Built:
+                return _simple(lambda x: F.adaptive_avg_pool2d(x, 1), [_nchw(device, n, c, hw)], [dt])(device, seed)
 
-            def build_squeeze(device: torch.device, seed: int, shape=shape, dt=dt) -> Built:
-                return _simple(lambda x: F.adaptive_avg_pool2d(x, 1), [shape(device)], [dt])(device, seed)
-
-            def build_excite(device: torch.device, seed: int, shape=shape, dt=dt) -> Built:
-                xs = shape(device)
+            def build_excite(device: torch.device, seed: int, n=n, c=c, hw=hw, dt=dt) -> Built:
+                xs = _nchw(device, n, c, hw)
                 return _simple(torch.mul, [xs, (*xs[:2], 1, 1)], [dt, dt])(device, seed)
             params = {"dtype": mode, "batch": n, "channels": c, "hw": hw}
             out.append(Benchmark(f"adaptive_avgpool_{mode}_n{n}_c{c}_hw{hw}", "pool",
@@ -804,7 +804,7 @@ def _copy(out: list[Benchmark]) -> None:
     for n, c, hw in [(32, 64, 56), (128, 256, 14), (8, 3, 224)]:
         def build(device: torch.device, seed: int, n=n, c=c, hw=hw) -> Built:
             return _simple(lambda x: x.permute(0, 2, 3, 1).contiguous(),
-                           [(_d(n, device, 2), _d(c, device, 4), _d(hw, device, 8), _d(hw, device, 8))],
+                           [_nchw(device, n, c, hw)],
                            [torch.bfloat16])(device, seed)
         out.append(Benchmark(f"nchw_to_nhwc_bf16_n{n}_c{c}_hw{hw}", "copy",
                              {"op": "permute_contiguous", "dtype": "bf16", "batch": n, "channels": c, "hw": hw},
@@ -823,7 +823,7 @@ def _copy(out: list[Benchmark]) -> None:
         for n, c, hw in [(32, 256, 56), (128, 64, 56), (64, 512, 28)]:
             def build_perm(device: torch.device, seed: int, n=n, c=c, hw=hw, dt=DTYPES[mode], perm=perm) -> Built:
                 return _simple(lambda x: x.permute(*perm).contiguous(),
-                               [(_d(n, device, 2), _d(c, device, 4), _d(hw, device, 8), _d(hw, device, 8))],
+                               [_nchw(device, n, c, hw)],
                                [dt])(device, seed)
             dst = "nhwc" if src == "nchw" else "nchw"
             out.append(Benchmark(f"{src}_to_{dst}_{mode}_n{n}_c{c}_hw{hw}", "copy",
@@ -842,7 +842,7 @@ def _copy(out: list[Benchmark]) -> None:
         dt = DTYPES[mode]
         for parts, (n, c, hw) in [(2, (256, 64, 55)), (2, (256, 128, 27)), (4, (64, 128, 28)), (8, (64, 32, 56))]:
             def build_ch(device: torch.device, seed: int, parts=parts, n=n, c=c, hw=hw, dt=dt) -> Built:
-                shape = (_d(n, device, 2), _d(c, device, 4), _d(hw, device, 8), _d(hw, device, 8))
+                shape = _nchw(device, n, c, hw)
                 return _simple(lambda *ts: torch.cat(ts, 1), [shape] * parts, [dt] * parts)(device, seed)
             out.append(Benchmark(f"cat_channels_{mode}_{parts}x{n}x{c}x{hw}x{hw}", "copy",
                                  {"op": "cat", "dtype": mode, "parts": parts, "batch": n, "channels": c, "hw": hw},

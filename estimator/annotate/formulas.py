@@ -16,9 +16,8 @@ import torch
 from torch.utils.flop_counter import conv_flop_count, flop_registry
 
 from .registry import (
-    Cost, OpCall, by_category, generic_cost, is_channels_last, iter_ops, layout_order, mark_free, reduced_rows,
-    register_cost,
-    tensors, unique_bytes,
+    Cost, OpCall, by_category, generic_cost, is_channels_last, iter_ops, mark_free, reduced_rows,
+    register_cost, tensors, unique_bytes,
 )
 
 aten = torch.ops.aten
@@ -93,10 +92,10 @@ def _convolution(call: OpCall) -> Cost:
     groups = int(call.args[-1]) if isinstance(call.args[-1], int) else 1
     if call.func.overloadpacket is aten._convolution:
         groups = int(call.args[8])
-    mnk, g = _conv_gemm(_shape(x), _shape(w), _shape(tensors(call.out)[0]), groups, transposed)
+    y = _shape(tensors(call.out)[0])
+    mnk, g = _conv_gemm(_shape(x), _shape(w), y, groups, transposed)
     return replace(_with_gemm(call, "conv", torch_flops(call), mnk, g), window=math.prod(_shape(w)[2:]),
-                   channels_last=is_channels_last(x),
-                   gemm_plane=_gemm_plane(_shape(x), _shape(w), _shape(tensors(call.out)[0]), groups))
+                   channels_last=is_channels_last(x), gemm_plane=_gemm_plane(_shape(x), _shape(w), y, groups))
 
 
 def _gemm_plane(x: tuple, w: tuple, y: tuple, groups: int) -> int:
