@@ -332,6 +332,7 @@ def test_deep_gemm_with_few_output_tiles_is_split_along_k():
 
 
 def test_row_features_follow_rows_and_row_length():
+    from estimator.price.device_time import ROW_BLOCKS_PER_SM
     gpu = get_gpu("H100")
     base = {"op": "aten.native_layer_norm.default", "category": "norm", "math_mode": "fp32", "flops": 1e6,
             "bytes_read": 1e6, "bytes_written": 1e6}
@@ -339,8 +340,34 @@ def test_row_features_follow_rows_and_row_length():
                       {**base, "op": "aten.add.Tensor", "category": "elementwise"}])
     assert f["log_row_len"][0] == pytest.approx(math.log2(64 / 1024))
     assert f["log_row_fill"][0] == 0.0                               # plenty of rows for every SM
-    assert f["log_row_fill"][1] == pytest.approx(math.log2(16 / gpu.sm_count))
+    assert f["log_row_fill"][1] == pytest.approx(math.log2(16 / (gpu.sm_count * ROW_BLOCKS_PER_SM["norm"])))
     assert f["log_row_len"][2] == 0.0 and f["log_row_fill"][2] == 0.0  # not a row-wise op
+
+
+def test_norm_rows_fill_the_gpu_only_with_several_blocks_per_sm():
+    """A norm gives each row a block: one row per SM still leaves it short of loads in flight, while a
+    reduction splits few long rows over blocks and is counted against the SMs alone."""
+    from estimator.price.device_time import ROW_BLOCKS_PER_SM
+    sms = get_gpu("H100").sm_count
+    norm = {"op": "aten.cudnn_batch_norm.default", "category": "norm", "math_mode": "bf16", "flops": 1e6,
+            "bytes_read": 1e6, "bytes_written": 1e6, "row_len": 50176}
+    f = _features_of([{**norm, "row_count": sms}, {**norm, "row_count": 2 * sms},
+                      {**norm, "op": "aten.sum.dim_IntList", "category": "reduction", "row_count": sms}])
+    assert f["log_row_fill"][0] == pytest.approx(-math.log2(ROW_BLOCKS_PER_SM["norm"]))
+    assert f["log_row_fill"][1] == pytest.approx(f["log_row_fill"][0] + 1.0)
+    assert f["log_row_fill"][2] == 0.0
+
+
+def test_row_segment_feature_prices_short_strided_runs():
+    from estimator.price.device_time import ROW_SEGMENT_REF
+    norm = {"op": "aten.cudnn_batch_norm.default", "category": "norm", "math_mode": "bf16", "flops": 1e6,
+            "bytes_read": 1e6, "bytes_written": 1e6, "row_count": 512, "row_len": 128 * 49}
+    f = _features_of([{**norm, "row_segment": 49}, {**norm, "row_segment": 56 * 56}, {**norm, "row_segment": 1},
+                      {**norm, "row_segment": 0}])
+    assert f["log_row_segment"][0] == pytest.approx(math.log2(49 / ROW_SEGMENT_REF))
+    assert f["log_row_segment"][1] == 0.0             # a run of several transactions reads at full width
+    assert f["log_row_segment"][2] == -4.0            # capped: the fits never see shorter runs priced apart
+    assert f["log_row_segment"][3] == 0.0             # contiguous rows
 
 
 def _times_of(records, gpu_name="H100"):

@@ -676,6 +676,22 @@ def test_row_wise_ops_carry_their_rows():
     assert by_op[("aten.mean.default", "loss")] == (1, 4 * 7200)
     # ops that are not row-wise carry none
     assert by_op[("aten.convolution.default", "forward")] == (0, 0)
+    # a batch-norm channel of NCHW data is one 30x30 run per sample; contiguous rows record no run
+    segment = {(d["op"], d["phase"]): d["row_segment"] for _, d in graph.nodes(data=True)}
+    assert segment[("aten.cudnn_batch_norm.default", "forward")] == 30 * 30
+    assert segment[("aten.cudnn_batch_norm_backward.default", "backward")] == 30 * 30
+    assert segment[("aten.native_layer_norm.default", "forward")] == 0
+    assert segment[("aten.native_group_norm.default", "forward")] == 0
+
+
+def test_batch_norm_rows_of_channels_last_or_single_sample_data_are_contiguous():
+    """Channels-last data reads a channel across the rows of C; a single sample's channel is one plane."""
+    bn = torch.nn.BatchNorm2d(8)
+    nhwc = trace(bn, (torch.empty(4, 8, 6, 6).to(memory_format=torch.channels_last),), mode="training")
+    one = trace(bn, (torch.empty(1, 8, 6, 6),), mode="training")
+    for graph in (nhwc, one):
+        stats, = nodes(graph, op="aten.cudnn_batch_norm.default")
+        assert (stats["row_count"], stats["row_segment"]) == (8, 0)
 
 
 def test_column_reduction_rows():

@@ -303,12 +303,15 @@ def batch_norm_training(func: Any, args: tuple, kwargs: dict) -> bool:
     return not isinstance(flag, bool) or flag
 
 
-def _channel_rows(call: OpCall) -> tuple[int, int]:
-    """Batch norm reduces each channel (dim 1) over batch and space."""
+def _channel_rows(call: OpCall) -> tuple[int, int, int]:
+    """Batch norm reduces each channel (dim 1) over batch and space; on channels-first data a channel is
+    N runs of one plane each (channels-last data reads across channels, every run the whole row)."""
     x = tensors(call.args[:1])
     shape = _shape(x[0]) if x else ()
     channels = shape[1] if len(shape) > 1 else 1
-    return channels, math.prod(shape) // max(channels, 1)
+    plane = math.prod(shape[2:])
+    segmented = len(shape) > 2 and shape[0] > 1 and not is_channels_last(x[0])
+    return channels, math.prod(shape) // max(channels, 1), plane if segmented else 0
 
 
 def _trailing_rows(shape_arg: int):

@@ -33,6 +33,9 @@ class Cost:
     rows / row_len: for row-wise ops (norms, softmax, reductions) the independent rows a kernel reduces
         and the elements in each; 0 otherwise. How a row-wise kernel spreads over the GPU (and how much
         fixed work each row costs) depends on these, not on the total bytes alone.
+    row_segment: for a row-wise op whose rows are made of several strided runs, the elements of one
+        contiguous run (a batch-norm channel of NCHW data is N runs of H * W); 0 where each row is
+        contiguous. A kernel reading short runs leaves most of each memory transaction unused.
     kernels: CUDA kernels the op launches.
     flops_skipped: FLOPs counted in `flops` (torch's convention, so totals agree with FlopCounterMode)
         that the kernel never computes: a causal attention kernel skips the tiles above the diagonal.
@@ -64,6 +67,7 @@ class Cost:
     gemm_batch: int = 1
     rows: int = 0
     row_len: int = 0
+    row_segment: int = 0
     kernels: int = 1
     supported: bool = True
     host_only: bool = False
@@ -274,13 +278,15 @@ def pointwise_cost(call: "OpCall", flops_per_element: float = 1.0) -> Cost:
     return generic_cost(call, category="elementwise", flops=flops_per_element * n)
 
 
-RowShape = Callable[["OpCall"], "tuple[int, int]"]
+# (independent rows, elements per row) or (rows, elements per row, elements per contiguous run of a row)
+RowShape = Callable[["OpCall"], "tuple[int, ...]"]
 
 
 def by_category(category: str, flops_per_output: float = 0.0, flops_per_input: float = 0.0,
                 kernels: int = 1, rows: RowShape | None = None) -> "Formula":
     """A formula whose FLOPs scale with the elements of the outputs and/or of the first input.
-    rows: for row-wise ops, gives (independent rows, elements per row) of the call."""
+    rows: for row-wise ops, gives (independent rows, elements per row[, elements per contiguous run of a
+    row]) of the call (Cost.rows, row_len, row_segment)."""
     def formula(call: "OpCall") -> Cost:
         n_in = sum(t.numel() for t in tensors(call.args[:1]))
         n_out = sum(t.numel() for t in call.outputs)
@@ -288,8 +294,8 @@ def by_category(category: str, flops_per_output: float = 0.0, flops_per_input: f
                             flops=flops_per_output * n_out + flops_per_input * n_in, kernels=kernels)
         if rows is None:
             return cost
-        n_rows, length = rows(call)
-        return replace(cost, rows=int(n_rows), row_len=int(length))
+        n_rows, length, *segment = rows(call)
+        return replace(cost, rows=int(n_rows), row_len=int(length), row_segment=int(segment[0]) if segment else 0)
     return formula
 
 

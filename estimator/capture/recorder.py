@@ -154,7 +154,7 @@ class OpRecorder(TorchDispatchMode):
             "bytes_written": float(cost.bytes_written),
             "gemm_m": cost.gemm_mnk[0], "gemm_n": cost.gemm_mnk[1], "gemm_k": cost.gemm_mnk[2],
             "gemm_batch": cost.gemm_batch,
-            "row_count": cost.rows, "row_len": cost.row_len,
+            "row_count": cost.rows, "row_len": cost.row_len, "row_segment": cost.row_segment,
             "flops_skipped": float(cost.flops_skipped),
             "permuted": bool(cost.permuted),
             "window": int(cost.window),

@@ -46,10 +46,19 @@ OVERHEAD_SCALE_S = 1e-6
 NARROW_DIM = 64
 # Row-wise ops (norms, softmax, reductions): log_row_len = log2(elements per row / ROW_LEN_REF) says how
 # much fixed per-row work (a block's setup, a cross-warp reduction) each byte carries; log_row_fill =
-# log2(rows / SMs), capped at 0, says how much of the GPU too few rows leave idle; for norms,
+# log2(rows / (SMs * ROW_BLOCKS_PER_SM)), capped at 0, says how much of the GPU too few rows leave idle.
+# A norm kernel gives each row (a channel, a token) a block of its own and needs several resident blocks
+# per SM to keep enough loads in flight: batch norm over 128 channels takes 1.9x the time of 256
+# channels of the same bytes (ResNet-50's by-op kernel profile). TensorIterator's reductions split few,
+# long rows over several blocks, so their rows are counted against the SMs alone. 4 was chosen by
+# benchmarks/cross_validate.py (norm 13.7/13.4 % -> 10.4/11.3 % with log_row_segment, H100/H200).
+# log_row_segment = log2(contiguous run / ROW_SEGMENT_REF), capped at 0, is for rows made of strided
+# runs: batch norm over NCHW planes reads 7x7 planes at about a third of the bandwidth of 14x14. For norms,
 # log_row_overhead = log(1 + ceil(rows / SMs) * ROW_OVERHEAD_S / roofline) is the fixed cost of each row's
 # block against the time the bytes take (a 16384 x 64 layer norm runs at a tenth of the bandwidth).
 ROW_LEN_REF = 1024
+ROW_BLOCKS_PER_SM = {"norm": 4.0}
+ROW_SEGMENT_REF = 256
 ROW_OVERHEAD_S = 1e-7
 ROW_VECTOR = 4
 # The fitted correction never makes an op faster than its roofline at catalogue peaks (a physical
@@ -172,7 +181,11 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     inner = np.maximum(np.minimum(nn, k), 1.0)
     f["log_narrow"] = np.where(is_gemm, np.minimum(np.log2(inner / NARROW_DIM), 0.0), 0.0)
     f["log_row_len"] = np.where(rowwise, np.clip(np.log2(np.maximum(row_len, 1.0) / ROW_LEN_REF), -10.0, 10.0), 0.0)
-    f["log_row_fill"] = np.where(rowwise, np.minimum(np.log2(np.maximum(rows, 1.0) / gpu.sm_count), 0.0), 0.0)
+    blocks = gpu.sm_count * table.map_category(ROW_BLOCKS_PER_SM, 1.0)
+    f["log_row_fill"] = np.where(rowwise, np.minimum(np.log2(np.maximum(rows, 1.0) / blocks), 0.0), 0.0)
+    segmented = rowwise & (table.row_segment > 0)
+    f["log_row_segment"] = np.where(segmented, np.clip(np.log2(np.maximum(table.row_segment, 1.0) / ROW_SEGMENT_REF),
+                                                       -4.0, 0.0), 0.0)
     f["permuted"] = table.permuted & ~table.tensor_core
     # How much of the counted work a causal kernel is priced to skip: per skipped FLOP a kernel saves less
     # than a FLOP's time (diagonal tiles are computed whole, each query tile pays a fixed epilogue).

@@ -34,6 +34,7 @@ class NodeTable:
     kernels: np.ndarray       # CUDA kernels launched
     gemm: np.ndarray          # (n, 4): M, N, K, batch
     rowwise: np.ndarray       # (n, 2): independent rows, elements per row (row-wise ops; else 0)
+    row_segment: np.ndarray   # elements per contiguous run of a row made of strided runs; 0 if contiguous
     permuted: np.ndarray      # bool: reads an input in another memory order than it writes (transposing copy)
     window: np.ndarray        # sliding-window area of convolutions and pooling (kh * kw); 0 otherwise
     channels_last: np.ndarray # bool: a convolution on NHWC-stored activations
@@ -73,6 +74,7 @@ class NodeTable:
                              for r in rows], dtype=float).reshape(len(rows), 4),
             rowwise=np.asarray([[r.get("row_count", 0), r.get("row_len", 0)] for r in rows],
                                dtype=float).reshape(len(rows), 2),
+            row_segment=np.asarray(col("row_segment", 0), dtype=float),
             permuted=np.asarray(col("permuted", False), dtype=bool),
             window=np.asarray(col("window", 0), dtype=float),
             channels_last=np.asarray(col("channels_last", False), dtype=bool),
