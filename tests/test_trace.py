@@ -684,6 +684,25 @@ def test_row_wise_ops_carry_their_rows():
     assert segment[("aten.native_group_norm.default", "forward")] == 0
 
 
+@pytest.mark.parametrize("reduce, rows, run", [
+    (lambda x: x.sum(0), (36, 32), 1),                       # a column sum: every element its own run
+    (lambda x: x.amax(0), (36, 32), 1),
+    (lambda x: x.max(0).values, (36, 32), 1),
+    (lambda x: x.view(4, 8, 36).sum(1), (144, 8), 1),        # a middle dimension
+    (lambda x: x.t().sum(-1), (36, 32), 1),                  # the last dimension of a transposed view
+    (lambda x: x.sum(-1), (32, 36), 0),                      # rows as stored
+    (lambda x: x.view(4, 8, 6, 6).mean((2, 3)), (32, 36), 0),
+    (lambda x: x.mean(), (1, 32 * 36), 0),                   # the whole tensor
+])
+def test_reductions_record_the_contiguous_run_of_their_rows(reduce, rows, run):
+    class Reduce(torch.nn.Module):
+        def forward(self, x):
+            return reduce(x)
+    graph = trace(Reduce(), (torch.empty(32, 36),))
+    node, = [d for _, d in graph.nodes(data=True) if d["row_count"]]
+    assert (node["row_count"], node["row_len"], node["row_segment"]) == (*rows, run)
+
+
 def test_batch_norm_rows_of_channels_last_or_single_sample_data_are_contiguous():
     """Channels-last data reads a channel across the rows of C; a single sample's channel is one plane."""
     bn = torch.nn.BatchNorm2d(8)

@@ -34,8 +34,8 @@ class Cost:
         and the elements in each; 0 otherwise. How a row-wise kernel spreads over the GPU (and how much
         fixed work each row costs) depends on these, not on the total bytes alone.
     row_segment: for a row-wise op whose rows are made of several strided runs, the elements of one
-        contiguous run (a batch-norm channel of NCHW data is N runs of H * W); 0 where each row is
-        contiguous. A kernel reading short runs leaves most of each memory transaction unused.
+        contiguous run (a batch-norm channel of NCHW data is N runs of H * W, a column sum's row single
+        elements); 0 where each row is contiguous. A kernel reading short runs leaves most of each memory transaction unused.
     kernels: CUDA kernels the op launches.
     flops_skipped: FLOPs counted in `flops` (torch's convention, so totals agree with FlopCounterMode)
         that the kernel never computes: a causal attention kernel skips the tiles above the diagonal.
@@ -299,14 +299,35 @@ def by_category(category: str, flops_per_output: float = 0.0, flops_per_input: f
     return formula
 
 
-def reduced_rows(call: "OpCall") -> tuple[int, int]:
+def reduced_rows(call: "OpCall") -> tuple[int, int, int]:
     """Rows of a reduction: one per element of its (first) result, each as long as the input is
-    larger than that result."""
+    larger than that result, and the contiguous run of a row (Cost.row_segment): the reduced dimensions
+    innermost in memory, or single elements when the innermost dimension is kept (a column sum)."""
     source = tensors(call.args[:1])
     outs = call.outputs
     n_in = source[0].numel() if source else 0
     n_out = max(outs[0].numel(), 1) if outs else 1
-    return n_out, n_in // n_out if n_in else 0
+    length = n_in // n_out if n_in else 0
+    run = _reduced_run(call, source[0]) if source else 0
+    return n_out, length, run if 0 < run < length else 0
+
+
+def _reduced_run(call: "OpCall", x: torch.Tensor) -> int:
+    """Elements of `x` that one contiguous run of a reduced row holds (0 when the call names no dims)."""
+    names = [a.name for a in call.func._schema.arguments]
+    dim = call.kwargs.get("dim", call.args[names.index("dim")] if "dim" in names[:len(call.args)] else None)
+    if dim is None or (isinstance(dim, (list, tuple)) and not dim):
+        return 0
+    reduced = {int(d) % max(x.dim(), 1) for d in (dim if isinstance(dim, (list, tuple)) else [dim])}
+    order = layout_order(x)
+    if not order:
+        return 0
+    run = 1
+    for d in reversed(order):
+        if d not in reduced:
+            break
+        run *= x.shape[d]
+    return run
 
 
 def iter_ops(names: Iterable[str]) -> Iterator[Any]:

@@ -53,7 +53,8 @@ NARROW_DIM = 64
 # long rows over several blocks, so their rows are counted against the SMs alone. 4 was chosen by
 # benchmarks/cross_validate.py (norm 13.7/13.4 % -> 10.4/11.3 % with log_row_segment, H100/H200).
 # log_row_segment = log2(contiguous run / ROW_SEGMENT_REF), capped at 0, is for rows made of strided
-# runs: batch norm over NCHW planes reads 7x7 planes at about a third of the bandwidth of 14x14. For norms,
+# runs: batch norm over NCHW planes reads 7x7 planes at about a third of the bandwidth of 14x14, and a
+# column reduction (dim 0) runs another kernel strategy than a row reduction of the same shape. For norms,
 # log_row_overhead = log(1 + ceil(rows / SMs) * ROW_OVERHEAD_S / roofline) is the fixed cost of each row's
 # block against the time the bytes take (a 16384 x 64 layer norm runs at a tenth of the bandwidth).
 ROW_LEN_REF = 1024
