@@ -887,6 +887,25 @@ def test_mixed_dtype_and_broadcast_flags():
     add, mul = [d for _, d in graph.nodes(data=True) if not d["free"]]
     assert (add["mixed_dtypes"], add["broadcast"]) == (True, False)
     assert (mul["mixed_dtypes"], mul["broadcast"]) == (False, True)
+    assert (add["broadcast_run"], mul["broadcast_run"]) == (0, 1)   # a value per element of the last dim
+
+
+@pytest.mark.parametrize("fn, memory_format, run", [
+    (lambda x, c: x + c.view(8, 1, 1), torch.contiguous_format, 36),        # per-channel bias over 6x6 planes
+    (lambda x, c: x * x.mean((2, 3), keepdim=True), torch.contiguous_format, 36),   # squeeze-excite scale
+    (lambda x, c: x + c.view(8, 1, 1), torch.channels_last, 1),             # channels innermost: every element
+    (lambda x, c: x + x[:1], torch.contiguous_format, 1),                   # a sample over the batch: a new
+                                                                            # value every element
+    (lambda x, c: F.batch_norm(x, c, c + 1, training=False), torch.contiguous_format, 36),
+    (lambda x, c: F.batch_norm(x, c, c + 1, training=False), torch.channels_last, 1),
+])
+def test_broadcast_ops_record_the_run_over_which_the_expanded_value_holds(fn, memory_format, run):
+    class Fn(torch.nn.Module):
+        def forward(self, x, c):
+            return fn(x, c)
+    graph = trace(Fn(), (torch.empty(4, 8, 6, 6).to(memory_format=memory_format), torch.empty(8)))
+    node, = [d for _, d in graph.nodes(data=True) if d["broadcast"]]
+    assert node["broadcast_run"] == run
 
 
 def test_embedding_lookups_record_one_row_per_index():

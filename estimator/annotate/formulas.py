@@ -16,7 +16,7 @@ import torch
 from torch.utils.flop_counter import conv_flop_count, flop_registry
 
 from .registry import (
-    Cost, OpCall, by_category, generic_cost, is_channels_last, iter_ops, mark_free, reduced_rows,
+    Cost, OpCall, by_category, expanded_run, generic_cost, is_channels_last, iter_ops, mark_free, reduced_rows,
     register_cost, tensors, unique_bytes,
 )
 
@@ -353,7 +353,14 @@ _affine = by_category("elementwise", flops_per_input=2.0)
 def _batch_norm(call: OpCall) -> Cost:
     # With running statistics (eval) batch norm is one per-channel affine pass, a different kernel
     # from the reduce-then-normalise one training runs.
-    return _norm_statistics(call) if batch_norm_training(call.func, call.args, call.kwargs) else _affine(call)
+    if batch_norm_training(call.func, call.args, call.kwargs):
+        return _norm_statistics(call)
+    # The per-channel scale and shift are expanded along dimension 1, not by the right-aligned rule.
+    cost, x = _affine(call), tensors(call.args[:1])
+    if not cost.broadcast or not x or x[0].dim() < 2:
+        return cost
+    per_channel = tuple(x[0].shape[1] if d == 1 else 1 for d in range(x[0].dim()))
+    return replace(cost, broadcast_run=expanded_run(per_channel, x[0]))
 
 
 for _names, _flops_in, _rows in [

@@ -57,6 +57,9 @@ class Cost:
         non-vectorised path, and batch norm leaves cuDNN for PyTorch's own kernels.
     broadcast: a streaming op reads a smaller tensor expanded to its output's shape (a per-channel bias
         added to an NCHW activation), which takes TensorIterator's strided, non-vectorised path.
+    broadcast_run: for a broadcast op, the output elements innermost in memory over which the expanded
+        tensor's value stays the same (H * W for a per-channel value over NCHW data, 1 for a bias along
+        the last dimension); 0 otherwise. Short runs re-read the small tensor at every few elements.
     """
 
     flops: float
@@ -78,6 +81,7 @@ class Cost:
     gemm_plane: int = 0
     mixed_dtypes: bool = False
     broadcast: bool = False
+    broadcast_run: int = 0
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:
@@ -257,15 +261,43 @@ def generic_cost(call: "OpCall", *, category: str, flops: float = 0.0, supported
     """Traffic of every input read once and every output (or in-place target) written once."""
     inputs, outputs = call.inputs, call.outputs
     streaming = category in LAYOUT_SENSITIVE_CATEGORIES
+    broadcast = streaming and is_broadcast(inputs, outputs)
     return Cost(float(flops), unique_bytes(inputs), unique_bytes(outputs), category,
                 supported=supported, kernels=kernels, permuted=streaming and is_permuted(inputs, outputs),
-                mixed_dtypes=has_mixed_dtypes(inputs), broadcast=streaming and is_broadcast(inputs, outputs))
+                mixed_dtypes=has_mixed_dtypes(inputs), broadcast=broadcast,
+                broadcast_run=broadcast_run(inputs, outputs) if broadcast else 0)
 
 
 def is_broadcast(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> bool:
     """Whether an input of more than one element is smaller than the output it is expanded to."""
     size = max((t.numel() for t in outputs), default=0)
     return any(1 < t.numel() < size for t in inputs)
+
+
+def broadcast_run(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> int:
+    """Cost.broadcast_run of inputs expanded to the largest output by PyTorch's broadcasting rule
+    (shapes aligned at the right): the shortest run over the expanded inputs, 0 if none is expanded."""
+    out = max(outputs, key=lambda t: t.numel(), default=None)
+    order = layout_order(out) if out is not None else None
+    if not order:
+        return 0
+    runs = []
+    for t in inputs:
+        if not 1 < t.numel() < out.numel() or t.dim() > out.dim():
+            continue
+        runs.append(expanded_run((1,) * (out.dim() - t.dim()) + tuple(t.shape), out, order))
+    return min(runs, default=0)
+
+
+def expanded_run(shape: tuple[int, ...], out: torch.Tensor, order: tuple[int, ...] | None = None) -> int:
+    """Elements of `out`, innermost in memory, over which a tensor of `shape` (one size per dimension of
+    `out`, 1 where it is expanded) keeps one value."""
+    run = 1
+    for d in reversed(order if order is not None else layout_order(out) or ()):
+        if shape[d] != 1:
+            break
+        run *= out.shape[d]
+    return run
 
 
 def has_mixed_dtypes(inputs: list[torch.Tensor]) -> bool:

@@ -60,6 +60,7 @@ NARROW_DIM = 64
 ROW_LEN_REF = 1024
 ROW_BLOCKS_PER_SM = {"norm": 4.0}
 ROW_SEGMENT_REF = 256
+BROADCAST_RUN_REF = 256
 ROW_OVERHEAD_S = 1e-7
 ROW_VECTOR = 4
 # The fitted correction never makes an op faster than its roofline at catalogue peaks (a physical
@@ -205,6 +206,13 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
                                      np.clip(np.log1p(row_time / np.maximum(roofline_s, 1e-12)), 0.0, 10.0), 0.0)
     f["mixed_dtypes"] = table.mixed_dtypes & ~table.tensor_core
     f["broadcast"] = table.broadcast & ~table.tensor_core
+    # A broadcast op re-reads the expanded value at every run of it: a per-channel scale over 7x7 planes
+    # (batch norm in eval, squeeze-excite) runs slower per byte than over 56x56 planes, and runs of
+    # BROADCAST_RUN_REF elements or more stream alike (benchmarks/cross_validate.py: elementwise median
+    # 9.5/8.0 -> 8.5/7.6 %, P90 42/43 -> 35/35 %, H100/H200).
+    expanded = table.broadcast & (table.broadcast_run > 0) & ~table.tensor_core
+    f["log_broadcast_run"] = np.where(expanded, np.clip(np.log2(np.maximum(table.broadcast_run, 1.0) / BROADCAST_RUN_REF),
+                                                        -8.0, 0.0), 0.0)
     # PyTorch's row kernels (layer norm, softmax) load a row ROW_VECTOR elements at a time; other row
     # lengths take unvectorised kernels, 4.5-5.6x the time per element (benchmarks/kernel_facts.py). Set for every
     # row-wise node; fits whose rows never have it (batch norm) give it no coefficient.
