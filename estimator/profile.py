@@ -26,11 +26,16 @@ RESIDUAL_FEATURES = ("const", "ridge_pos", "ridge_neg", "log_roof_us", "log_wave
                      "mixed_dtypes", "broadcast", "odd_rows", "write_share", "relayout", "log_row_segment", "log_broadcast_run")
 # Residual fits are keyed by ATen op or category, optionally narrowed to one math mode: "op@mode".
 MODE_KEY_SEP = "@"
+# Math modes that share one fit: fp16 and bf16 run the same tensor-core kernels at the same peak (the
+# suite's fp16 and bf16 attention and GEMM benchmarks of one shape take the same time within a few %),
+# so pooling them doubles the rows behind each 16-bit fit (5-fold cross-validation, mean of the H100 and
+# H200 medians: attention 10.3 -> 6.5 %, matmul 10.4 -> 8.3 %; benchmarks/cross_validate.py).
+MODE_FIT_FAMILY = {"fp16": "16bit", "bf16": "16bit"}
 
 
 def mode_key(name: str, mode: str) -> str:
-    """The residual-fit key of an op or category narrowed to one math mode."""
-    return name + MODE_KEY_SEP + mode
+    """The residual-fit key of an op or category narrowed to one math mode (or its MODE_FIT_FAMILY)."""
+    return name + MODE_KEY_SEP + MODE_FIT_FAMILY.get(mode, mode)
 
 
 def op_keys(op: str, mode: str) -> tuple[str, ...]:

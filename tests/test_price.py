@@ -12,6 +12,7 @@ import estimator
 from estimator.catalog import get_gpu
 from estimator.errors import GraphNotAnnotatedError
 from estimator.price.host_timeline import simulate
+from estimator.profile import mode_key
 
 
 class MatMul(torch.nn.Module):
@@ -248,10 +249,17 @@ def _profile_with(residuals: dict, features=None):
     return replace(prior, residual_features=names, residuals=fits)
 
 
+def test_fp16_and_bf16_share_their_fits_and_fp32_does_not():
+    from estimator.price.device_time import fit_key
+    op, fits = "aten.mm.default", {mode_key("aten.mm.default", "bf16"), "matmul"}
+    assert fit_key(op, "matmul", "fp16", fits) == fit_key(op, "matmul", "bf16", fits) == mode_key(op, "fp16")
+    assert fit_key(op, "matmul", "fp32", fits) == "matmul"
+
+
 def test_most_specific_residual_fit_prices_each_node(big_matmul):
     """op@mode beats op beats category@mode beats category beats default."""
     op = "aten.mm.default"
-    keys = [f"{op}@bf16", op, "matmul@bf16", "matmul", "default"]
+    keys = [mode_key(op, "bf16"), op, mode_key("matmul", "bf16"), "matmul", "default"]
     times = []
     for i in range(len(keys)):
         # key i gets log-efficiency log(2); the less specific ones log(4), the more specific are absent
