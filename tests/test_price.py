@@ -439,11 +439,14 @@ def test_layout_and_window_features():
                        "mixed_dtypes": True}, {**conv, "mixed_dtypes": True}])
     assert list(g["broadcast"]) == [1.0, 0.0] and list(g["mixed_dtypes"]) == [1.0, 0.0]  # tensor-core ops: no
     from estimator.price.device_time import BROADCAST_RUN_REF
-    add = {**base, "op": "aten.add.Tensor", "category": "elementwise", "broadcast": True}
-    r = _features_of([{**add, "broadcast_run": 49}, {**add, "broadcast_run": 3136}, {**add, "broadcast_run": 1},
-                      {**add, "broadcast": False, "broadcast_run": 0}])
-    assert r["log_broadcast_run"][0] == pytest.approx(math.log2(49 / BROADCAST_RUN_REF))
-    assert list(r["log_broadcast_run"][1:]) == [0.0, -8.0, 0.0]   # long runs stream alike; capped; none
+    big = {**base, "op": "aten.add.Tensor", "category": "elementwise", "broadcast": True, "bytes_read": 4e9}
+    r = _features_of([{**big, "broadcast_run": 49}, {**big, "broadcast_run": 3136}, {**big, "broadcast_run": 1},
+                      {**big, "broadcast": False, "broadcast_run": 0},
+                      {**big, "broadcast_run": 49, "bytes_read": 1e3, "bytes_written": 1e3}])
+    assert r["log_broadcast_run"][0] == pytest.approx(math.log2(49 / BROADCAST_RUN_REF), rel=1e-3)
+    assert list(r["log_broadcast_run"][1:4]) == [0.0, pytest.approx(-8.0, rel=1e-3), 0.0]  # streams; capped; none
+    # an op of a few KB is fixed cost, not streaming: its runs hardly matter
+    assert r["log_broadcast_run"][0] < 100 * r["log_broadcast_run"][4] < 0.0
     # bytes written over bytes moved, centred, for streaming ops only: a widening cast writes more
     h = _features_of([{**base, "op": "aten._to_copy.default", "bytes_read": 2e6, "bytes_written": 4e6}, base,
                       {**conv, "bytes_read": 1e6, "bytes_written": 3e6}])

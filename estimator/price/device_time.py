@@ -208,11 +208,14 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     f["broadcast"] = table.broadcast & ~table.tensor_core
     # A broadcast op re-reads the expanded value at every run of it: a per-channel scale over 7x7 planes
     # (batch norm in eval, squeeze-excite) runs slower per byte than over 56x56 planes, and runs of
-    # BROADCAST_RUN_REF elements or more stream alike (benchmarks/cross_validate.py: elementwise median
-    # 9.5/8.0 -> 8.5/7.6 %, P90 42/43 -> 35/35 %, H100/H200).
+    # BROADCAST_RUN_REF elements or more stream alike. The penalty is on the streaming time, not on an
+    # op's fixed cost, so it is weighted by the streaming share roof / (roof + OVERHEAD_SCALE_S): a
+    # batch-1 op of a few hundred KB is mostly fixed cost whatever its runs (benchmarks/cross_validate.py:
+    # elementwise median 9.5/8.0 -> 8.9/7.3 %, P90 42/43 -> 31/32 %, H100/H200).
     expanded = table.broadcast & (table.broadcast_run > 0) & ~table.tensor_core
-    f["log_broadcast_run"] = np.where(expanded, np.clip(np.log2(np.maximum(table.broadcast_run, 1.0) / BROADCAST_RUN_REF),
-                                                        -8.0, 0.0), 0.0)
+    streaming_share = roofline_s / (roofline_s + OVERHEAD_SCALE_S)
+    f["log_broadcast_run"] = streaming_share * np.where(
+        expanded, np.clip(np.log2(np.maximum(table.broadcast_run, 1.0) / BROADCAST_RUN_REF), -8.0, 0.0), 0.0)
     # PyTorch's row kernels (layer norm, softmax) load a row ROW_VECTOR elements at a time; other row
     # lengths take unvectorised kernels, 4.5-5.6x the time per element (benchmarks/kernel_facts.py). Set for every
     # row-wise node; fits whose rows never have it (batch norm) give it no coefficient.
