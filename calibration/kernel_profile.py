@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from .timing import is_device_work
+
 WARMUP_ITERS = 3
 PROFILE_ITERS = 2
 
@@ -46,7 +48,7 @@ def profile_step(model: str, *, batch: int, precision: str, mode: str = "trainin
         torch.cuda.synchronize()
     per_kernel: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
     for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
+        if is_device_work(event):
             per_kernel[event.name][0] += event.device_time / PROFILE_ITERS
             per_kernel[event.name][1] += 1 / PROFILE_ITERS
     kernels = [{"name": name, "us_per_iter": round(us, 3), "calls_per_iter": calls}

@@ -47,7 +47,12 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from .timing import is_gpu_event, union_length
+from .timing import is_device_work, is_gpu_event, union_length
+
+# How device busy time was measured. Rows written before annotations were excluded say
+# "profiler_gpu_events": their busy time also spans record_function ranges on the GPU timeline (a
+# training step's "Optimizer.step#..."), idle gaps included (estimator.report.accuracy flags them).
+DEVICE_BUSY_SOURCE = "profiler_gpu_work"
 from .validation_set import (MODES, PRECISIONS, ValidationConfig, estimated_duration_s, explicit_configs, get_set,
                              with_per_op)
 
@@ -353,14 +358,14 @@ def profile_iterations(step: Callable[[], None], n: int, device: torch.device, *
     marks.sort()
     out: dict[str, Any] = {"profile_iters": n}
     if gpu:
-        # GPU-side events include the record_function ranges themselves ("gpu_user_annotation"),
-        # which span a whole iteration: keep kernels, memcpys and memsets only.
+        # GPU-side events include the record_function ranges ("gpu_user_annotation": this function's
+        # per-iteration marks, the optimizer's step), which span idle gaps: kernels, memcpys and memsets only.
         dev = [(e.time_range.start, e.time_range.end) for e in events
-               if is_gpu_event(e) and not str(e.name).startswith("gpuest_iter_")]
+               if is_device_work(e) and not str(e.name).startswith("gpuest_iter_")]
         out["device_busy_s"] = union_length(dev) / 1e6 / n
         out["device_kernel_sum_s"] = sum(e - s for s, e in dev) / 1e6 / n
         out["device_events_per_iter"] = len(dev) / n
-        out["device_busy_source"] = "profiler_gpu_events"
+        out["device_busy_source"] = DEVICE_BUSY_SOURCE
     else:  # dry run: CPU time of top-level ATen ops stands in for device time
         t0 = marks[0][0] if marks else -math.inf
         t1 = marks[-1][1] if marks else math.inf
@@ -383,7 +388,8 @@ def profile_iterations(step: Callable[[], None], n: int, device: torch.device, *
         iter_busy = None
         if gpu:
             iter_busy = union_length((e.time_range.start, e.time_range.end) for e in events
-                                     if is_gpu_event(e) and e.time_range.start >= t0) / 1e6
+                                     if is_device_work(e) and not str(e.name).startswith("gpuest_iter_")
+                                     and e.time_range.start >= t0) / 1e6
         out["per_op"] = {
             "iteration": len(marks) - 1,
             "time_source": "device" if gpu else "cpu (dry run)",

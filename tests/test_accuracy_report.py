@@ -119,3 +119,17 @@ def test_align_per_op_expands_composites():
     assert r["matched_measured_us"] == pytest.approx(35.0)
     assert r["matched_predicted_us"] == pytest.approx(38.0)
     assert r["coverage_pct"] == pytest.approx(35 / 40 * 100)
+
+
+@pytest.mark.parametrize("mode, source, noted", [
+    ("training", A.BUSY_WITH_ANNOTATIONS, True),        # measured before annotations were excluded
+    ("training", "profiler_gpu_work", False),
+    ("inference", A.BUSY_WITH_ANNOTATIONS, False),       # no optimizer step to span
+])
+def test_rows_whose_busy_time_spans_annotations_are_noted(mode, source, noted):
+    from calibration.validate import DEVICE_BUSY_SOURCE
+    assert DEVICE_BUSY_SOURCE != A.BUSY_WITH_ANNOTATIONS   # rows the runner writes now are never noted
+    row = {"key": "k", "gpu_canonical": "H100-SXM", "model": "m", "batch": 1, "mode": mode, "precision": "fp32",
+           "wall_s": 0.01, "device_busy_s": 0.009, "device_busy_source": source}
+    rec = A._record(row, "calibrated", {"device_time_s": 0.009, "time_s": 0.01}, {})
+    assert (rec["note"] == A.BUSY_WITH_ANNOTATIONS_NOTE) is noted and rec["error"] is None

@@ -173,6 +173,22 @@ def test_union_length():
     assert V.union_length([]) == 0
 
 
+def test_device_work_excludes_annotations_on_the_gpu_timeline():
+    """A record_function range (the optimizer's step) shows on the GPU timeline spanning its idle gaps:
+    device busy time counts kernels, memcpys and memsets only."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from calibration.timing import is_device_work, is_gpu_event
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    kernel = SimpleNamespace(device_type=cuda, is_user_annotation=False, name="ampere_sgemm")
+    step = SimpleNamespace(device_type=cuda, is_user_annotation=True, name="Optimizer.step#AdamW.step")
+    host = SimpleNamespace(device_type=cpu, is_user_annotation=False, name="aten::mm")
+    assert [is_gpu_event(e) for e in (kernel, step, host)] == [True, True, False]
+    assert [is_device_work(e) for e in (kernel, step, host)] == [True, False, False]
+
+
 def test_cli_list(capsys):
     assert V.main(["--set", "quick", "--list"]) == 0
     out = capsys.readouterr().out
