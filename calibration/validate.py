@@ -337,6 +337,12 @@ def _top_level_aten(events: list[Any], t0: float, t1: float) -> list[Any]:
     return out
 
 
+def _iteration_work(evt: Any) -> bool:
+    """GPU work of a profiled iteration: no annotation, by the profiler's flag or, where a torch leaves it
+    unset, by the name of this module's own per-iteration marks."""
+    return is_device_work(evt) and not str(evt.name).startswith("gpuest_iter_")
+
+
 def profile_iterations(step: Callable[[], None], n: int, device: torch.device, *,
                        per_op: bool) -> dict[str, Any]:
     """Run `n` synchronised iterations under torch.profiler; device busy time per iteration and
@@ -360,8 +366,7 @@ def profile_iterations(step: Callable[[], None], n: int, device: torch.device, *
     if gpu:
         # GPU-side events include the record_function ranges ("gpu_user_annotation": this function's
         # per-iteration marks, the optimizer's step), which span idle gaps: kernels, memcpys and memsets only.
-        dev = [(e.time_range.start, e.time_range.end) for e in events
-               if is_device_work(e) and not str(e.name).startswith("gpuest_iter_")]
+        dev = [(e.time_range.start, e.time_range.end) for e in events if _iteration_work(e)]
         out["device_busy_s"] = union_length(dev) / 1e6 / n
         out["device_kernel_sum_s"] = sum(e - s for s, e in dev) / 1e6 / n
         out["device_events_per_iter"] = len(dev) / n
@@ -388,8 +393,7 @@ def profile_iterations(step: Callable[[], None], n: int, device: torch.device, *
         iter_busy = None
         if gpu:
             iter_busy = union_length((e.time_range.start, e.time_range.end) for e in events
-                                     if is_device_work(e) and not str(e.name).startswith("gpuest_iter_")
-                                     and e.time_range.start >= t0) / 1e6
+                                     if _iteration_work(e) and e.time_range.start >= t0) / 1e6
         out["per_op"] = {
             "iteration": len(marks) - 1,
             "time_source": "device" if gpu else "cpu (dry run)",

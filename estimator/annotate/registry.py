@@ -292,11 +292,17 @@ def broadcast_run(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> in
 def expanded_run(shape: tuple[int, ...], out: torch.Tensor, order: tuple[int, ...] | None = None) -> int:
     """Elements of `out`, innermost in memory, over which a tensor of `shape` (one size per dimension of
     `out`, 1 where it is expanded) keeps one value."""
+    return innermost_run(out, {d for d, size in enumerate(shape) if size == 1}, order)
+
+
+def innermost_run(t: torch.Tensor, dims: set[int], order: tuple[int, ...] | None = None) -> int:
+    """Elements of `t` in its innermost memory dimensions for as long as they are among `dims` (`order`:
+    layout_order(t), when the caller has it)."""
     run = 1
-    for d in reversed(order if order is not None else layout_order(out) or ()):
-        if shape[d] != 1:
+    for d in reversed(order if order is not None else layout_order(t) or ()):
+        if d not in dims:
             break
-        run *= out.shape[d]
+        run *= t.shape[d]
     return run
 
 
@@ -352,14 +358,7 @@ def _reduced_run(call: "OpCall", x: torch.Tensor) -> int:
         return 0
     reduced = {int(d) % max(x.dim(), 1) for d in (dim if isinstance(dim, (list, tuple)) else [dim])}
     order = layout_order(x)
-    if not order:
-        return 0
-    run = 1
-    for d in reversed(order):
-        if d not in reduced:
-            break
-        run *= x.shape[d]
-    return run
+    return innermost_run(x, reduced, order) if order else 0
 
 
 def iter_ops(names: Iterable[str]) -> Iterator[Any]:

@@ -387,9 +387,8 @@ def render_markdown(*, metrics: dict[str, Any], aims: list[dict[str, Any]], df: 
              f"GPU-bound: measured device busy ≥ {GPU_BOUND_FRACTION:g} × wall time. Rows noted "
              f"\"{BUSY_WITH_ANNOTATIONS_NOTE}\" were measured before calibration.validate excluded "
              "annotations from the GPU timeline: their busy time also spans the optimizer step's "
-             "record_function range, idle gaps included (on the H100, batch-1 ResNet-18 bf16 training "
-             "3.33 ms as committed against 1.81 ms re-measured, ResNet-50 b128 59.2 against 59.0 ms; "
-             "data/README.md).")
+             "record_function range, idle gaps included (data/README.md: "
+             "validation/H100-SXM-busy-recheck.jsonl sizes it).")
     L.append("")
     L.append("## Sources")
     L.append("")
