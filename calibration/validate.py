@@ -666,7 +666,17 @@ def build_configs(args: argparse.Namespace) -> tuple[list[ValidationConfig], str
                                    image_size=args.image_size)
         return configs, "explicit"
     name = "dry" if args.dry_run and not args.set else (args.set or "quick")
-    return get_set(name), name
+    configs = get_set(name)
+    # --modes/--precision narrow a predefined set, e.g. to re-measure only its training configs.
+    for field, wanted in (("mode", _split(args.modes)), ("precision", _split(args.precision))):
+        if wanted:
+            known = sorted({getattr(c, field) for c in configs})
+            unknown = [w for w in wanted if w not in known]
+            if unknown:
+                raise SystemExit(f"set {name!r} has no {field} {', '.join(map(repr, unknown))}; "
+                                 f"it has: {', '.join(known)}")
+            configs = [c for c in configs if getattr(c, field) in wanted]
+    return configs, name
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -195,6 +195,16 @@ def test_cli_list(capsys):
     assert "configs" in out and "estimated" in out
 
 
+def test_modes_and_precision_narrow_a_predefined_set(capsys):
+    assert V.main(["--set", "full", "--modes", "training", "--precision", "bf16-mixed", "--list"]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if "|" in line]
+    full = VS.get_set("full")
+    assert len(listed) == sum(c.mode == "training" and c.precision == "bf16-mixed" for c in full) > 0
+    assert all("|training|bf16-mixed" in line for line in listed)
+    with pytest.raises(SystemExit, match="no mode 'train'.*inference, training"):
+        V.main(["--set", "full", "--modes", "train", "--list"])
+
+
 def test_dry_run_real_code_path(tmp_path: Path):
     """The real measurement (warm-up, timing, profiler, energy window, per-op) on the CPU."""
     cfg = VS.ValidationConfig(model="lstm", family="rnn", batch=1, mode="training", precision="fp32", seq=4,
