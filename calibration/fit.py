@@ -123,6 +123,28 @@ def kernel_latency_s(rows: list[dict[str, Any]]) -> float:
     return float(np.median(per_kernel))
 
 
+SYNC_ROOF_SHARE = 0.2           # benchmarks whose roofline is below this share of their time give the sync cost
+
+
+def host_sync_s(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float, fallback: float | None) -> float | None:
+    """GPU idle per host synchronisation inside an op (s): the median, over the benchmarks that
+    synchronise and whose time is mostly fixed cost, of their time beyond kernel latency and roofline
+    per synchronisation; `fallback` where no benchmark qualifies."""
+    plain = roofline_profile()
+    per_sync = []
+    for r in rows:
+        nodes = _device_nodes(r)
+        syncs = sum(n.get("host_syncs", 0) for n in nodes)
+        if not syncs or r.get("kind") in ("latency", "host_dispatch"):
+            continue
+        table = NodeTable.from_records(nodes)
+        roof = float(device_times(table, gpu, _row_clock(r, gpu), plain)[0].roofline_s.sum())
+        measured = measured_device_s(r)
+        if roof <= SYNC_ROOF_SHARE * measured:
+            per_sync.append((measured - float(table.kernels.sum()) * latency_s - roof) / syncs)
+    return float(max(np.median(per_sync), 0.0)) if per_sync else fallback
+
+
 def host_costs(rows: list[dict[str, Any]], fallback: dict[str, float]) -> dict[str, float]:
     """Per-category host dispatch cost (s) from the rows that measured it (host probes, and host-paced
     rows whose GPU was mostly idle); unmeasured categories keep the prior.
@@ -189,7 +211,7 @@ def host_limited(row: dict[str, Any], host_op_s: dict[str, float]) -> bool:
 
 
 def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
-                 host_op_s: dict[str, float] | None = None) -> list[RowFeatures]:
+                 host_op_s: dict[str, float] | None = None, sync_s: float = 0.0) -> list[RowFeatures]:
     """One regression sample per device-bound benchmark: roofline-time-weighted features of its nodes."""
     plain = roofline_profile()
     out = []
@@ -206,7 +228,8 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
         if total_roof <= 0:
             continue
         measured = measured_device_s(r)
-        after_latency = max(measured - float(table.kernels.sum()) * latency_s, MIN_RESIDUAL_SHARE * measured)
+        fixed = float(table.kernels.sum()) * latency_s + float(table.host_syncs.sum()) * sync_s
+        after_latency = max(measured - fixed, MIN_RESIDUAL_SHARE * measured)
         cats = table.category
         dominant = max(set(cats.tolist()), key=lambda c: roof[cats == c].sum())
         # Features describe the fit's own nodes: a side node of another category (an RNN benchmark's
@@ -498,6 +521,7 @@ class CalibrationSamples:
     retraced: int                    # rows whose nodes it re-derived
     host_op_s: dict[str, float]
     latency_s: float
+    sync_s: float | None
     samples: list[RowFeatures]
 
 
@@ -522,7 +546,9 @@ def calibration_samples(raw: RawData, retrace: bool = True) -> CalibrationSample
     # documented latency applies when lower).
     queued = any(r.get("timing_method") == "events_queued" for r in rows if r.get("kind") == "latency")
     latency = kernel_latency_s(rows) if queued else min(kernel_latency_s(rows), prior.kernel_latency_s)
-    return CalibrationSamples(gpu, rows, retrace, retraced, host, latency, row_features(rows, gpu, latency, host))
+    sync = host_sync_s(rows, gpu, latency, prior.host_sync_s)
+    return CalibrationSamples(gpu, rows, retrace, retraced, host, latency, sync,
+                              row_features(rows, gpu, latency, host, sync or 0.0))
 
 
 def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, Any]] | None = None,
@@ -548,7 +574,7 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
                       host_op_s=host, host_backward_factor=prior.host_backward_factor,
                       host_only_op_s=prior.host_only_op_s, residual_features=RESIDUAL_FEATURES,
                       residuals=residuals, power=power or prior.power, provenance=provenance,
-                      residual_points=points)
+                      residual_points=points, host_sync_s=cal.sync_s)
     errs = holdout_errors(profile, samples, gpu)
     with_holdout = {}
     for cat, fit in residuals.items():

@@ -110,6 +110,9 @@ class Profile:
     power: PowerFit | None
     provenance: Mapping[str, Any] = field(default_factory=dict)
     residual_points: Mapping[str, ResidualPoints] = field(default_factory=dict)   # by pool key
+    # GPU idle per host synchronisation inside an op (s): the round trip of the value to the host and
+    # the host's launch of what follows. None: the prior's.
+    host_sync_s: float | None = None
     path: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -188,6 +191,7 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
         host_only_op_s=float(_need(data, "host_only_op_s", num, where)),
         residual_features=features, residuals=residuals, power=power,
         provenance=data.get("provenance", {}), residual_points=points,
+        host_sync_s=float(_need(data, "host_sync_s", num, where)) if data.get("host_sync_s") is not None else None,
     )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ import estimator
 from calibration.fit import RawData, fit_profile, load_raw
 from estimator.catalog import get_gpu
 from estimator.errors import ProfileError
-from estimator.profile import load_profile, profile_from_json
+from estimator.profile import load_profile, prior_profile, profile_from_json
 
 LATENCY_S = 3e-6
 FACTORS = {"matmul": 1.4, "elementwise": 1.25}
@@ -253,3 +255,26 @@ def test_residual_points_are_validated():
     zero_scale["residual_points"][key]["scale"][0] = 0.0
     with pytest.raises(ProfileError, match="positive"):
         profile_from_json(zero_scale)
+
+
+def test_fit_measures_the_gpu_idle_of_host_synchronisations():
+    """Embedding backward over more indices than the direct kernel takes sorts them and waits twice for
+    a segment count on the host: synthetic rows with a planted stall per wait give it back."""
+    sync_s = 40e-6
+    raw = synthetic_rows()
+    gpu = get_gpu("H100")
+    for i, (vocab, tokens) in enumerate([(100, 4096), (1000, 8192), (500, 16384), (2000, 4096)]):
+        g = estimator.trace(torch.nn.Embedding(vocab, 64, device="meta"),
+                            (torch.zeros(tokens, dtype=torch.long, device="meta"),), mode="training")
+        nodes = [d for _, d in g.nodes(data=True) if d["op"] == "aten.embedding_dense_backward.default"]
+        assert nodes and nodes[0]["host_syncs"] == 2
+        roof = sum(n["bytes_read"] + n["bytes_written"] for n in nodes) / gpu.memory_bandwidth_bytes_per_s
+        t = sum(n["kernels"] for n in nodes) * LATENCY_S + 2 * sync_s + roof
+        raw.rows.append({"name": f"emb{i}", "category": "embedding", "holdout": False, "nodes": nodes,
+                         "kind": "device", "timing_method": "events_queued", "time_ms_median": t * 1e3,
+                         "error": None, "dry_run": False})
+    prof = fit_profile(raw)
+    assert prof.host_sync_s == pytest.approx(sync_s, rel=0.1)
+    assert load_profile(prof.save(Path(tempfile.mkdtemp()) / "p.json")).host_sync_s == prof.host_sync_s
+    # Without such benchmarks the prior's value stands.
+    assert fit_profile(synthetic_rows()).host_sync_s == prior_profile().host_sync_s

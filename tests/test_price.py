@@ -11,8 +11,10 @@ import torch
 import estimator
 from estimator.catalog import get_gpu
 from estimator.errors import GraphNotAnnotatedError
+from estimator.price.device_time import device_times
 from estimator.price.host_timeline import simulate
-from estimator.profile import mode_key
+from estimator.price.node_table import NodeTable
+from estimator.profile import mode_key, prior_profile
 
 
 class MatMul(torch.nn.Module):
@@ -558,3 +560,27 @@ def test_dense_tensor_core_convolution_pays_for_padded_channels():
     assert _times_of([aligned])[1].work_flops[0] == pytest.approx(aligned["flops"])
     grouped = stem(torch.bfloat16, cin=96, groups=32, cout=96)          # 3 channels per group
     assert _times_of([grouped])[1].work_flops[0] == pytest.approx(grouped["flops"])
+
+
+def test_host_synchronisation_stops_the_host_running_ahead():
+    # Node 0: 1 ms of device work queued in 10 us; node 1 reads a GPU value on the host (.item());
+    # node 2: 10 us of host, 1 us of device.
+    d, h = np.array([1e-3, 0.0, 1e-6]), np.array([1e-5, 2e-6, 1e-5])
+    ahead = simulate(d, h)
+    assert ahead.issue_s[2] == pytest.approx(2.2e-5)        # the host ran ahead of the device
+    synced = simulate(d, h, syncs=np.array([0, 1, 0]))
+    assert synced.issue_s[2] == pytest.approx(1e-5 + 1e-3 + 1e-5)   # waited for node 0's end, then dispatched
+    assert synced.wait_s[2] == pytest.approx(1e-5)           # the device idles while the host dispatches
+    assert synced.wall_s == pytest.approx(synced.end_s[2]) and synced.wall_s > ahead.wall_s
+    assert synced.host_total_s == ahead.host_total_s and synced.device_busy_s == ahead.device_busy_s
+
+
+def test_an_op_that_synchronises_pays_the_profiles_stall_per_sync():
+    base = {"op": "aten.nonzero.default", "category": "copy", "phase": "forward", "flops": 0.0,
+            "bytes_read": 1e3, "bytes_written": 1e3, "math_mode": "fp32", "kernels": 2, "free": False,
+            "host_only": False}
+    table = NodeTable.from_records([base, {**base, "host_syncs": 1}])
+    prof = prior_profile()
+    times, _ = device_times(table, get_gpu("H100"), 1980.0, prof)
+    assert times.latency_s[1] - times.latency_s[0] == pytest.approx(prof.host_sync_s)
+    assert prof.host_sync_s > 0

@@ -920,3 +920,29 @@ def test_embedding_lookups_record_one_row_per_index():
     nodes = {d["op"]: d for _, d in graph.nodes(data=True) if d.get("category") == "embedding"}
     for op in ("aten.embedding.default", "aten.embedding_dense_backward.default"):
         assert (nodes[op]["row_count"], nodes[op]["row_len"]) == (8 * 32, 64), op
+
+
+@pytest.mark.parametrize("tokens,sorted_path", [(512, False), (3072, False), (3073, True), (16384, True)])
+def test_embedding_backward_takes_pytorchs_path_for_its_index_count(tokens, sorted_path):
+    emb = torch.nn.Embedding(50257, 768, device="meta")
+    g = trace(emb, (torch.zeros(tokens, dtype=torch.long, device="meta"),), mode="training")
+    (bwd,) = [d for _, d in g.nodes(data=True) if d["op"] == "aten.embedding_dense_backward.default"]
+    assert bwd["host_syncs"] == (2 if sorted_path else 0)
+    assert (bwd["kernels"] > 2) == sorted_path
+    # Either way the whole weight gradient is zeroed: at least vocab x width x 4 bytes written.
+    assert bwd["bytes_written"] >= 50257 * 768 * 4
+    assert bwd["row_count"] == tokens and bwd["row_len"] == 768
+
+
+def test_reading_a_gpu_value_on_the_host_synchronises_a_cpu_value_does_not():
+    # A device value read on the host (.item()) cannot be traced on fake tensors, but the optimizer's
+    # CPU step counts are read in every training graph: only the former waits for the GPU.
+    from estimator.annotate.registry import OpCall, REGISTRY
+    op = torch.ops.aten._local_scalar_dense.default
+    cost = lambda t: REGISTRY.lookup(op)(OpCall(op, (t,), {}, 1.0))  # noqa: E731
+    assert cost(torch.ones((), device="meta")).host_syncs == 1
+    assert cost(torch.ones(())).host_syncs == 0
+    g = trace(torchvision.models.resnet18(num_classes=10).to("meta"), (torch.empty(2, 3, 32, 32, device="meta"),),
+              mode="training")
+    reads = [d for _, d in g.nodes(data=True) if d["op"] == "aten._local_scalar_dense.default"]
+    assert reads and not any(d["host_syncs"] for d in reads)

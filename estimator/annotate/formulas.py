@@ -446,13 +446,47 @@ register_cost(*iter_ops(["embedding"]))(_gather("embedding"))
 register_cost(*iter_ops(["index_select", "gather", "index", "_unsafe_index"]))(_gather("copy"))
 
 
+# PyTorch's CUDA embedding backward (aten/src/ATen/native/cuda/Embedding.cu) zeroes the whole weight
+# gradient, then takes one of two paths. Up to EMBEDDING_BWD_DIRECT_MAX indices (and without
+# scale_grad_by_freq) one kernel accumulates every gradient row into its weight row directly. Beyond,
+# it sorts the indices, finds the segments of equal indices, sums each segment's rows into an fp32
+# buffer of partial sums and scatters those into the weight gradient: some ten kernels, and twice a
+# segment count is copied to the host, which waits for it before it can size the next launches.
+# Embedding bags always take the sorting path.
+EMBEDDING_BWD_DIRECT_MAX = 3072
+EMBEDDING_BWD_SORT_KERNELS = 10
+EMBEDDING_BWD_SORT_SYNCS = 2
+RADIX_BITS = 8                   # index bits a radix-sort pass consumes
+
+
 @register_cost(*iter_ops(["embedding_dense_backward", "_embedding_bag_backward", "_embedding_bag_dense_backward"]))
 def _embedding_backward(call: OpCall) -> Cost:
     grad, indices = call.args[0], call.args[1]
-    # Scatter-add of every gradient row into the weight gradient, which is zeroed first.
-    cost = generic_cost(call, category="embedding", flops=float(grad.numel()), kernels=2)
+    out = call.outputs[0]
+    vocab, width = _shape(out)[0], _shape(out)[-1]
+    n_idx = indices.numel()
+    size = out.element_size()
+    # Rows of the weight gradient the indices touch (at most one per index).
+    touched = min(n_idx, vocab) * width
+    zero_fill = float(out.numel() * size)
+    grad_bytes = float(grad.numel() * grad.element_size())
+    index_bytes = float(n_idx * indices.element_size())
+    dense = call.func.overloadpacket is torch.ops.aten.embedding_dense_backward
+    scale_by_freq = dense and len(call.args) > 4 and bool(call.args[4])
+    if dense and n_idx <= EMBEDDING_BWD_DIRECT_MAX and not scale_by_freq:
+        read = grad_bytes + index_bytes + touched * size
+        written = zero_fill + touched * size
+        kernels, syncs = 2, 0
+    else:
+        passes = max(1, math.ceil(math.log2(max(vocab, 2)) / RADIX_BITS))
+        sort_bytes = passes * n_idx * 2.0 * 2 * indices.element_size()   # keys and positions, read + written
+        partial_sums = touched * 4.0                                      # fp32 accumulation buffer
+        read = grad_bytes + index_bytes + partial_sums + sort_bytes / 2
+        written = zero_fill + partial_sums + touched * size + sort_bytes / 2
+        kernels, syncs = 1 + EMBEDDING_BWD_SORT_KERNELS + passes, EMBEDDING_BWD_SORT_SYNCS
     # One row per index, as wide as the embedding (an embedding bag's gradient has a row per bag).
-    return replace(cost, rows=indices.numel(), row_len=_shape(grad)[-1])
+    return Cost(float(grad.numel()), read, written, "embedding", rows=n_idx, row_len=_shape(grad)[-1],
+                kernels=kernels, host_syncs=syncs)
 
 
 register_cost(*iter_ops([
@@ -461,13 +495,21 @@ register_cost(*iter_ops([
     "index_add", "index_copy", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
     "constant_pad_nd", "reflection_pad2d", "replication_pad2d", "reflection_pad1d", "fill", "fill_",
     "zero_", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones",
-    "new_full", "arange", "repeat", "roll", "flip", "masked_scatter", "masked_select", "_unsafe_view_copy",
+    "new_full", "arange", "repeat", "roll", "flip", "masked_scatter", "_unsafe_view_copy",
     "select_backward", "slice_backward", "index_select_backward", "unfold_backward", "narrow_copy",
     "tril_indices", "triu_indices", "_reshape_copy", "expand_copy", "permute_copy", "view_copy",
     "embedding_renorm_", "eye", "linspace", "scalar_tensor", "_unsafe_masked_index",
-    "_unsafe_masked_index_put_accumulate", "nonzero", "unique_dim", "_unique2", "lift_fresh_copy",
+    "_unsafe_masked_index_put_accumulate", "lift_fresh_copy",
     "randperm", "searchsorted", "bucketize", "one_hot", "_pin_memory", "resize_", "_foreach_copy_",
 ]))(by_category("copy"))
+
+
+@register_cost(*iter_ops(["nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive"]))
+def _data_dependent_size(call: OpCall) -> Cost:
+    # The output's size depends on the data: the op counts on the GPU and copies the count to the host,
+    # which waits for it before it can allocate the output and launch the rest.
+    return replace(generic_cost(call, category="copy", kernels=2), host_syncs=1)
+
 
 register_cost(*iter_ops([
     "native_dropout", "native_dropout_backward", "bernoulli", "bernoulli_", "rand_like", "randn_like",
@@ -522,7 +564,10 @@ register_cost(*iter_ops(["_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_fused
 
 @register_cost(*iter_ops(["_local_scalar_dense", "item", "is_nonzero", "equal"]))
 def _host_read(call: OpCall) -> Cost:
-    return Cost(0.0, unique_bytes(call.inputs), 0.0, "copy", kernels=0, host_only=True)
+    # Reading a GPU value on the host waits for everything queued before it; a CPU tensor's (the
+    # optimizer's step count) is read at once.
+    on_device = any(t.device.type != "cpu" for t in call.inputs)
+    return Cost(0.0, unique_bytes(call.inputs), 0.0, "copy", kernels=0, host_only=True, host_syncs=int(on_device))
 
 
 mark_free(*iter_ops([

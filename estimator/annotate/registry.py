@@ -60,6 +60,9 @@ class Cost:
     broadcast_run: for a broadcast op, the output elements innermost in memory over which the expanded
         tensor's value stays the same (H * W for a per-channel value over NCHW data, 1 for a bias along
         the last dimension); 0 otherwise. Short runs re-read the small tensor at every few elements.
+    host_syncs: times the op copies a value from the GPU to the host and waits for it (an output size
+        that depends on the data, `.item()`): the host cannot run ahead of the GPU past such an op, and
+        the kernels it launches after each wait start on an idle GPU.
     """
 
     flops: float
@@ -82,6 +85,7 @@ class Cost:
     mixed_dtypes: bool = False
     broadcast: bool = False
     broadcast_run: int = 0
+    host_syncs: int = 0
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:

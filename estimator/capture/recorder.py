@@ -163,6 +163,7 @@ class OpRecorder(TorchDispatchMode):
             "mixed_dtypes": bool(cost.mixed_dtypes),
             "broadcast": bool(cost.broadcast),
             "broadcast_run": int(cost.broadcast_run),
+            "host_syncs": int(cost.host_syncs),
             "kernels": cost.kernels if not fused else (cost.kernels if category in TENSOR_CORE_CATEGORIES
                                                        or cost.category in TENSOR_CORE_CATEGORIES else 0) + 1,
             "supported": bool(cost.supported),

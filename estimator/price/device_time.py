@@ -1,6 +1,7 @@
 """Per-node device time: PALEO-style roofline at an SM clock, corrected by the fitted residual.
 
-t_node = kernels * kernel_latency + max(flops / peak(mode, clock), bytes / bandwidth) * exp(x . beta)
+t_node = kernels * kernel_latency + host_syncs * host_sync + max(flops / peak(mode, clock), bytes / bandwidth)
+         * exp(x . beta)
 where x are the node's residual features (those the profile names) and beta the profile's most specific
 fit for the node: its ATen op in its math mode, the op, its category in its math mode, the category,
 then the profile's default; x . beta is then corrected by the residuals of the calibration benchmarks
@@ -17,7 +18,7 @@ import numpy as np
 
 from ..annotate.registry import LAYOUT_SENSITIVE_CATEGORIES
 from ..catalog import GPUSpec
-from ..profile import RESIDUAL_FEATURES, Profile, ResidualFit, mode_key, op_keys
+from ..profile import RESIDUAL_FEATURES, Profile, ResidualFit, mode_key, op_keys, prior_profile
 from .local_correction import local_corrections
 from .node_table import NodeTable, map_values
 
@@ -300,7 +301,8 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     log_eff = np.clip(log_eff, *RESIDUAL_CLIP)
     active = ~(table.free | table.host_only)
     lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
-    latency = np.where(active, table.kernels * lat_per_kernel, 0.0)
+    sync_s = profile.host_sync_s if profile.host_sync_s is not None else prior_profile().host_sync_s
+    latency = np.where(active, table.kernels * lat_per_kernel + table.host_syncs * (sync_s or 0.0), 0.0)
     corrected = np.where(active, roof * np.exp(log_eff), 0.0)
     device = latency + corrected
     bound = np.where(~active, "none", np.where(latency > corrected, "latency",

@@ -143,7 +143,7 @@ def _price(table: NodeTable, gpu: GPUSpec, clocks: np.ndarray, choice: ProfileCh
            host_scale: float) -> tuple[DeviceTimes, Timeline, NodePower | None, list[str]]:
     times, power, notes = _device_and_power(table, gpu, clocks, choice, launch)
     lead, spread = host_parts(table, choice.profile, launch, host_scale)
-    timeline = simulate(times.device_s, lead + spread, spread, table.kernels)
+    timeline = simulate(times.device_s, lead + spread, spread, table.kernels, table.host_syncs)
     return times, timeline, power, notes
 
 

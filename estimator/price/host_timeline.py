@@ -1,7 +1,8 @@
 """The host side of eager PyTorch: every op costs CPU time to dispatch before its kernel can start.
 
 Each node's kernels start at max(time the host issued the first of them, end of the previous node)
-on one stream. A node that launches its kernels from a host loop (a cuDNN RNN: a few per time step)
+on one stream. A node that synchronises with the host (`.item()`, an output sized by the data) holds
+the host until the device has finished it. A node that launches its kernels from a host loop (a cuDNN RNN: a few per time step)
 pays a host cost per launch after the first, and its device work overlaps those launches: it ends no
 earlier than its own device time after it started, and no earlier than the host's last launch plus
 one kernel's share of that time. The simulation is vectorised with a running maximum.
@@ -59,26 +60,39 @@ def host_parts(table: NodeTable, profile: Profile, launch: str, host_scale: floa
 
 
 def simulate(device_s: np.ndarray, host_s: np.ndarray, spread_s: np.ndarray | None = None,
-             kernels: np.ndarray | None = None) -> Timeline:
+             kernels: np.ndarray | None = None, syncs: np.ndarray | None = None) -> Timeline:
     """Node i's kernels start at max(first launch_i, end_{i-1}); returns the whole timeline.
 
     host_s: each node's whole host cost; spread_s: the part of it spent launching kernels after the
-    first (default none), during which the device already runs the node; kernels: launches per node.
+    first (default none), during which the device already runs the node; kernels: launches per node;
+    syncs: host synchronisations per node (default none): after such a node the host waits until the
+    device has finished it before it dispatches anything else.
     """
     if len(device_s) == 0:
         z = np.zeros(0)
         return Timeline(z, z, z, z, z, 0.0, 0.0, 0.0)
     spread = np.zeros_like(device_s) if spread_s is None else spread_s
     per_kernel = device_s / np.maximum(kernels, 1) if kernels is not None else device_s
-    issue = np.cumsum(host_s)
-    busy = np.cumsum(device_s)
-    # A node ends at the latest of: previous end + its time, first launch + its time, last launch +
-    # its last kernel. end_i = max(end_{i-1} + d_i, c_i) unrolls to busy_i + max_{j<=i}(c_j - busy_j),
-    # clipped at busy_i (the device is free at t = 0).
-    ready = np.maximum(issue - spread + device_s, issue + per_kernel)
-    end = busy + np.maximum(np.maximum.accumulate(ready - busy), 0.0)
+    issue = np.empty_like(device_s)
+    end = np.empty_like(device_s)
+    barriers = np.flatnonzero(syncs > 0) + 1 if syncs is not None else np.zeros(0, dtype=int)
+    host_at = free_at = 0.0
+    for lo, hi in zip(np.concatenate([[0], barriers]), np.concatenate([barriers, [len(device_s)]])):
+        if lo >= hi:
+            continue
+        seg = slice(lo, hi)
+        issue[seg] = host_at + np.cumsum(host_s[seg])
+        busy = np.cumsum(device_s[seg])
+        # A node ends at the latest of: previous end + its time, first launch + its time, last launch +
+        # its last kernel. end_i = max(end_{i-1} + d_i, c_i) unrolls to busy_i + max_{j<=i}(c_j - busy_j),
+        # clipped at busy_i + free_at (the device is free from free_at on).
+        ready = np.maximum(issue[seg] - spread[seg] + device_s[seg], issue[seg] + per_kernel[seg])
+        end[seg] = busy + np.maximum(np.maximum.accumulate(ready - busy), free_at)
+        free_at = float(end[hi - 1])
+        # After a synchronising node the host resumes once the device has caught up with it.
+        host_at = max(float(issue[hi - 1]), free_at) if hi in barriers else float(issue[hi - 1])
     start = end - device_s
     prev_end = np.concatenate([[0.0], end[:-1]])
     wait = np.maximum(start - prev_end, 0.0)
-    return Timeline(host_s, issue, start, end, wait, float(max(end[-1], issue[-1])), float(issue[-1]),
-                    float(busy[-1]))
+    return Timeline(host_s, issue, start, end, wait, float(max(end[-1], host_at)), float(np.sum(host_s)),
+                    float(np.sum(device_s)))
