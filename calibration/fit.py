@@ -15,6 +15,7 @@ import math
 import sys
 from collections import Counter
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -32,6 +33,7 @@ from estimator.price.power import dram_bytes, voltage_ratio
 from estimator.price.profile_choice import roofline_profile
 from estimator.profile import (PROFILE_SCHEMA, RESIDUAL_FEATURES, PowerFit, Profile, ResidualFit, ResidualPoints,
                                mode_key, prior_profile, profile_from_json)
+from estimator.report.accuracy import busy_spans_annotations, trace_config, trace_key
 
 MIN_ROWS_PER_CATEGORY = 8
 MIN_ROWS_PER_OP = 10
@@ -431,13 +433,30 @@ def holdout_errors(profile: Profile, samples: list[RowFeatures], gpu: GPUSpec,
     return errs
 
 
+def load_validation(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a validation JSONL file (calibration.validate); a line that is not JSON is an error
+    that names it, except a torn last line of an interrupted run, which is skipped."""
+    lines = Path(path).read_text().splitlines()
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if n == len(lines):
+                continue
+            raise ProfileError(f"{path}:{n} is not a JSON row ({exc}); the validation file is corrupt") from exc
+    return rows
+
+
 HOST_BOUND_BUSY_FRACTION = 0.5   # validation runs whose GPU was busy less than this are host-bound
-HOST_TERMS = ("forward", "backward", "optimizer", "module_call", "host_only")
+HOST_TERMS = ("forward", "backward", "optimizer", "module_call", "host_only", "autocast")
 
 
 def host_terms(graph: Any, profile: Profile) -> np.ndarray:
-    """Per-config regressors of host time: the profile's per-category dispatch costs summed per phase,
-    Python module calls, and metadata/host-only ops (counts)."""
+    """Per-config regressors of host time (HOST_TERMS): the profile's per-category dispatch costs summed
+    per phase, Python module calls, metadata/host-only ops, and ops dispatched under autocast (counts)."""
     from estimator.price.node_table import node_table
     t = node_table(graph)
     base = t.map_category(profile.host_op_s, profile.host_op_s["default"]) + launch_costs(t, profile.host_op_s)
@@ -445,7 +464,15 @@ def host_terms(graph: Any, profile: Profile) -> np.ndarray:
     dispatched = ~light
     fwd = dispatched & np.isin(t.phase, ["forward", "loss"])
     return np.array([base[fwd].sum(), base[dispatched & (t.phase == "backward")].sum(),
-                     base[dispatched & (t.phase == "optimizer")].sum(), t.module_calls.sum(), light.sum()])
+                     base[dispatched & (t.phase == "optimizer")].sum(), t.module_calls.sum(), light.sum(),
+                     (dispatched & t.autocast).sum()])
+
+
+@lru_cache(maxsize=None)
+def validation_graph(key: tuple) -> Any:
+    """The traced graph of a validation config (accuracy.trace_key); cached, as configs recur across
+    validation files and GPUs."""
+    return trace_config(*key)
 
 
 def fit_host_and_gap(profile: Profile, validation: list[dict[str, Any]], gpu: GPUSpec) -> tuple[Profile, dict]:
@@ -454,10 +481,8 @@ def fit_host_and_gap(profile: Profile, validation: list[dict[str, Any]], gpu: GP
     Micro-benchmarks time one op in a tight loop; in a real model every op also pays Python and
     autograd bookkeeping, and every nn.Module call costs host time. Non-negative least squares of
     the measured wall time on HOST_TERMS gives per-phase scales of the dispatch costs, the module
-    call cost and the host-only op cost. The GPU's power while it waits for the host (gap_w) follows
+    call cost, the host-only op cost and the cost of autocast's dispatch per op. The GPU's power while it waits for the host (gap_w) follows
     from the measured energy of the same runs. Held-out models are never used."""
-    from estimator.capture.models import load_model
-    from estimator.capture.trace import trace
     from estimator.price.estimate import estimate_graph
     rows = [r for r in validation if r.get("status") == "ok" and not r.get("heldout") and not r.get("dry_run")
             and r.get("gpu_canonical") == gpu.name and r.get("wall_s") and r.get("device_busy_s") is not None
@@ -466,19 +491,19 @@ def fit_host_and_gap(profile: Profile, validation: list[dict[str, Any]], gpu: GP
         return profile, {"host_fit": f"skipped: {len(rows)} host-bound validation runs"}
     xs, ys, graphs = [], [], []
     for r in rows:
-        lm = load_model(r["model"], batch=r["batch"], seq=r.get("seq"), image_size=r.get("image_size"))
-        g = trace(lm.model, lm.example_inputs, mode=r["mode"], precision=r["precision"], name=lm.name,
-                  batch=lm.batch)
+        g = validation_graph(trace_key(r))
         graphs.append(g)
         xs.append(host_terms(g, profile))
         ys.append(r["wall_s"])
     # Relative errors: every run counts equally, so long training steps do not drown small ones.
     x_arr, y_arr = np.array(xs), np.array(ys)
     coef = lsq_linear(x_arr / y_arr[:, None], np.ones(len(y_arr)), bounds=(0.0, np.inf)).x
-    scale_fwd, scale_bwd, scale_opt, module_call_s, host_only_s = (float(c) for c in coef)
-    host = {k: v * scale_fwd for k, v in profile.host_op_s.items() if k not in ("module_call", "graph_launch")}
+    scale_fwd, scale_bwd, scale_opt, module_call_s, host_only_s, autocast_s = (float(c) for c in coef)
+    host = {k: v * scale_fwd for k, v in profile.host_op_s.items()
+            if k not in ("module_call", "graph_launch", "autocast")}
     host["optimizer"] = profile.host_op_s.get("optimizer", profile.host_op_s["default"]) * scale_opt
     host["module_call"] = module_call_s
+    host["autocast"] = autocast_s
     host["graph_launch"] = profile.host_op_s["default"]
     fitted = replace(profile, host_op_s=host, host_only_op_s=host_only_s,
                      host_backward_factor=scale_bwd / scale_fwd if scale_fwd > 0 else profile.host_backward_factor)
@@ -488,7 +513,8 @@ def fit_host_and_gap(profile: Profile, validation: list[dict[str, Any]], gpu: GP
     if fitted.power is not None:
         for r, g in zip(rows, graphs):
             energy = r.get("energy_j")
-            if not energy or not r.get("power_reliable", True):
+            # The GPU's idle time is wall - busy: a busy time that spans annotations says nothing of it.
+            if not energy or not r.get("power_reliable", True) or busy_spans_annotations(r):
                 continue
             est = estimate_graph(g, gpu, profile=fitted, warn=False)
             busy = est.per_node["power_w"].to_numpy() * est.per_node["time_s"].to_numpy()
@@ -594,9 +620,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuest fit", description="Fit a profile from raw calibration rows.")
     parser.add_argument("raw", help="calibration JSONL written by `gpuest calibrate`")
     parser.add_argument("-o", "--out", required=True, help="profile JSON to write")
-    parser.add_argument("--validation", default=None,
-                        help="validation JSONL of the same GPU: calibrates host dispatch and idle-gap power "
-                             "on its host-bound, non-held-out runs")
+    parser.add_argument("--validation", nargs="+", default=None,
+                        help="validation JSONL files of the same GPU: calibrate host dispatch and idle-gap power "
+                             "on their host-bound, non-held-out runs")
     parser.add_argument("--stored-nodes", action="store_true",
                         help="regress on the nodes stored in the rows at measurement time instead of "
                              "re-deriving them with this version of the estimator")
@@ -604,8 +630,8 @@ def main(argv: list[str] | None = None) -> int:
     validation = None
     command = f"gpuest fit {args.raw} -o {args.out}"
     if args.validation:
-        validation = [json.loads(line) for line in Path(args.validation).read_text().splitlines() if line.strip()]
-        command += f" --validation {args.validation}"
+        validation = [row for path in args.validation for row in load_validation(path)]
+        command += " --validation " + " ".join(args.validation)
     if args.stored_nodes:
         command += " --stored-nodes"
     profile = fit_profile(load_raw(args.raw), command=command, validation=validation,

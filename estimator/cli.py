@@ -117,7 +117,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from calibration.fit import main as fit_main
-    return fit_main([args.raw, "-o", args.out] + (["--validation", args.validation] if args.validation else [])
+    return fit_main([args.raw, "-o", args.out] + (["--validation", *args.validation] if args.validation else [])
                     + (["--stored-nodes"] if args.stored_nodes else []))
 
 
@@ -202,7 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("fit", cmd_fit, "fit a profile from raw calibration rows", model=False)
     p.add_argument("raw")
     p.add_argument("-o", "--out", required=True)
-    p.add_argument("--validation", default=None, help="validation JSONL of the same GPU (host-side calibration)")
+    p.add_argument("--validation", nargs="+", default=None,
+                   help="validation JSONL files of the same GPU (host-side calibration)")
     p.add_argument("--stored-nodes", action="store_true",
                    help="use the nodes stored at measurement time instead of re-tracing the benchmarks")
     p = add("validate", cmd_validate, "measure real runs on this GPU (see --help of calibration.validate)",

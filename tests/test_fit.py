@@ -278,3 +278,15 @@ def test_fit_measures_the_gpu_idle_of_host_synchronisations():
     assert load_profile(prof.save(Path(tempfile.mkdtemp()) / "p.json")).host_sync_s == prof.host_sync_s
     # Without such benchmarks the prior's value stands.
     assert fit_profile(synthetic_rows()).host_sync_s == prior_profile().host_sync_s
+
+
+def test_validation_files_skip_a_torn_last_line_and_name_a_corrupt_one(tmp_path):
+    from calibration.fit import load_validation
+    good = json.dumps({"model": "resnet18", "status": "ok"})
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text(good + "\n" + good[:10])
+    assert load_validation(torn) == [json.loads(good)]
+    corrupt = tmp_path / "corrupt.jsonl"
+    corrupt.write_text(good + "\n{oops\n" + good + "\n")
+    with pytest.raises(ProfileError, match=r"corrupt.jsonl:2 is not a JSON row"):
+        load_validation(corrupt)

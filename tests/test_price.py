@@ -584,3 +584,16 @@ def test_an_op_that_synchronises_pays_the_profiles_stall_per_sync():
     times, _ = device_times(table, get_gpu("H100"), 1980.0, prof)
     assert times.latency_s[1] - times.latency_s[0] == pytest.approx(prof.host_sync_s)
     assert prof.host_sync_s > 0
+
+
+def test_autocast_dispatch_costs_host_time_per_op():
+    from dataclasses import replace
+    from estimator.price.host_timeline import host_parts
+    base = {"op": "aten.mm.default", "category": "matmul", "phase": "forward", "flops": 1.0, "bytes_read": 1.0,
+            "bytes_written": 1.0, "math_mode": "bf16", "kernels": 1, "free": False, "host_only": False}
+    table = NodeTable.from_records([base, {**base, "autocast": True}, {**base, "autocast": True, "free": True}])
+    prof = prior_profile()
+    prof = replace(prof, host_op_s={**prof.host_op_s, "autocast": 4e-6})
+    lead, _ = host_parts(table, prof, "eager")
+    assert lead[1] - lead[0] == pytest.approx(4e-6)
+    assert lead[2] == pytest.approx(prof.host_only_op_s)     # a view dispatches no autocast wrapper

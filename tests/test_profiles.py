@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from calibration.fit import fit_profile, load_raw
+from calibration.fit import fit_profile, load_raw, load_validation
 from estimator.profile import load_profile, shipped_profiles
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,11 +32,11 @@ def _close(a, b, path="profile"):
 @pytest.mark.parametrize("gpu", PROFILES)
 def test_refit_reproduces_committed_profile(gpu):
     raw_path = f"data/calibration/{gpu}.jsonl"
-    val_path = f"data/validation/{gpu}-quick.jsonl"
+    val_paths = [f"data/validation/{gpu}-quick.jsonl", f"data/validation/{gpu}-full.jsonl"]
     out = f"estimator/profiles/{gpu}.json"
-    validation = [json.loads(x) for x in (ROOT / val_path).read_text().splitlines() if x.strip()]
+    validation = [row for path in val_paths for row in load_validation(ROOT / path)]
     refit = fit_profile(load_raw(ROOT / raw_path), validation=validation,
-                        command=f"gpuest fit {raw_path} -o {out} --validation {val_path}")
+                        command=f"gpuest fit {raw_path} -o {out} --validation {' '.join(val_paths)}")
     committed = json.loads((ROOT / out).read_text())
     _close(json.loads(json.dumps(refit.to_json())), committed)
 

@@ -946,3 +946,15 @@ def test_reading_a_gpu_value_on_the_host_synchronises_a_cpu_value_does_not():
               mode="training")
     reads = [d for _, d in g.nodes(data=True) if d["op"] == "aten._local_scalar_dense.default"]
     assert reads and not any(d["host_syncs"] for d in reads)
+
+
+def test_ops_dispatched_under_autocast_are_marked():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).to("meta")
+    x = (torch.empty(4, 8, device="meta"),)
+    mixed = trace(model, x, mode="training", precision="bf16-mixed")
+    by_phase = {}
+    for _, d in mixed.nodes(data=True):
+        by_phase.setdefault(d["phase"], set()).add(d["autocast"])
+    assert by_phase["forward"] == {True}
+    assert by_phase["backward"] == {False} and by_phase["optimizer"] == {False}
+    assert not any(d["autocast"] for _, d in trace(model, x, mode="training").nodes(data=True))

@@ -66,6 +66,7 @@ class OpRecorder(TorchDispatchMode):
         self.root_prefix = root_name + "."
         self.tf32 = tf32
         self.phase = "forward"
+        self.autocast = False   # set by the driver while autocast is on (mixed precision forward and loss)
         self.nodes: list[RecordedNode] = []
         self.sdpa_backends: set[str] = set()
         self._writer: dict[int, int] = {}
@@ -171,6 +172,7 @@ class OpRecorder(TorchDispatchMode):
             "host_only": bool(cost.host_only),
             "fused_ops": 1,
             "module_calls": self._module_calls,
+            "autocast": self.autocast,
         }
         self._module_calls = 0
         self.nodes.append(RecordedNode(attrs, producers))

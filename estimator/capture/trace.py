@@ -104,13 +104,16 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
                    else contextlib.nullcontext())
             with grad_ctx:
                 with amp:
+                    rec.autocast = autocast_dtype is not None
                     rec.phase = "forward"
                     output = torch.func.functional_call(model, {**params, **buffers}, args, kwargs,
                                                         tie_weights=True, strict=False)
                     if not training:
+                        rec.autocast = False
                         return
                     rec.phase = "loss"
                     loss = (loss_fn or default_loss)(output)
+                rec.autocast = False
                 rec.phase = "backward"
                 loss.backward()
                 if opt is not None:

@@ -55,7 +55,8 @@ def host_parts(table: NodeTable, profile: Profile, launch: str, host_scale: floa
     lead = np.where(table.free | table.host_only, profile.host_only_op_s, base)
     spread = launch_costs(table, profile.host_op_s)
     backward = np.where(table.phase == "backward", profile.host_backward_factor, 1.0)
-    lead = lead * backward + table.module_calls * profile.host_op_s.get("module_call", 0.0)
+    lead = (lead * backward + table.module_calls * profile.host_op_s.get("module_call", 0.0)
+            + (table.autocast & ~(table.free | table.host_only)) * profile.host_op_s.get("autocast", 0.0))
     return lead * host_scale, spread * backward * host_scale
 
 

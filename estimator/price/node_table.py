@@ -48,6 +48,7 @@ class NodeTable:
     supported: np.ndarray     # bool
     tensor_core: np.ndarray   # bool: FLOPs run on tensor cores (peak depends on the math mode)
     module_calls: np.ndarray  # Python nn.Module calls dispatched just before this node
+    autocast: np.ndarray      # bool: dispatched with autocast on (mixed precision forward)
 
     def __len__(self) -> int:
         return len(self.op)
@@ -90,6 +91,7 @@ class NodeTable:
             supported=np.asarray(col("supported", True), dtype=bool),
             tensor_core=np.asarray([runs_on_tensor_cores(r) for r in rows], dtype=bool),
             module_calls=np.asarray(col("module_calls", 0), dtype=float),
+            autocast=np.asarray(col("autocast", False), dtype=bool),
         )
 
 

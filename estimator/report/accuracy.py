@@ -41,6 +41,12 @@ GPU_BOUND_FRACTION = 0.8  # measured device busy >= 0.8 x wall
 # row's busy time then also spans the optimizer step's annotation, idle gaps included.
 BUSY_WITH_ANNOTATIONS = "profiler_gpu_events"
 BUSY_WITH_ANNOTATIONS_NOTE = "busy incl. optimizer-step annotation"
+
+
+def busy_spans_annotations(row: dict[str, Any]) -> bool:
+    """Whether a validation row's device busy time also spans the optimizer step's annotation."""
+    return row.get("mode") == "training" and row.get("device_busy_source") == BUSY_WITH_ANNOTATIONS
+
 # Sibling GPUs for the cross-GPU check: rows on the key GPU are priced with a profile of a value GPU.
 CROSS_GPU = {"H200": ("H100-SXM", "H100-PCIe"), "H100-SXM": ("H200",)}
 # (name, predictor, quantity, subset, target MAPE %)
@@ -123,7 +129,8 @@ def cross_profiles() -> dict[str, tuple[str, str]]:
 
 # ================================================================== predicting
 
-def _trace_key(row: dict[str, Any]) -> tuple:
+def trace_key(row: dict[str, Any]) -> tuple:
+    """The arguments of trace_config that a validation row was measured with."""
     return (row["model"], int(row["batch"]), row.get("seq"), row.get("image_size"), row["mode"], row["precision"],
             row.get("optimizer") or "adamw")
 
@@ -174,7 +181,7 @@ def predict_rows(rows: list[dict[str, Any]], *, jobs: int = 1,
     for i, row in enumerate(rows):
         gpu = row["gpu_canonical"]
         want = bool(row.get("per_op"))
-        tk = _trace_key(row)
+        tk = trace_key(row)
         groups[tk].append((i, gpu, "calibrated", None, want))
         groups[tk].append((i, gpu, "roofline", "roofline", False))
         groups[tk].append((i, gpu, "prior", "prior", False))
@@ -208,8 +215,7 @@ def _record(row: dict[str, Any], predictor: str, pred: dict[str, Any], cross: di
         "heldout": bool(row.get("heldout")), "predictor": predictor,
         "heldout_label": "held-out" if row.get("heldout") else "fitted",
         "error": pred.get("error"), "profile_source": pred.get("profile_source"),
-        "note": BUSY_WITH_ANNOTATIONS_NOTE if row["mode"] == "training" and
-        row.get("device_busy_source") == BUSY_WITH_ANNOTATIONS else "",
+        "note": BUSY_WITH_ANNOTATIONS_NOTE if busy_spans_annotations(row) else "",
         "profile_gpu": cross.get(row["gpu_canonical"], (None,))[0] if predictor == "cross_gpu" else row["gpu_canonical"],
     }
     meas_wall = _num(row.get("wall_s"))
