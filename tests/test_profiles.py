@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -31,13 +32,16 @@ def _close(a, b, path="profile"):
 
 @pytest.mark.parametrize("gpu", PROFILES)
 def test_refit_reproduces_committed_profile(gpu):
-    raw_path = f"data/calibration/{gpu}.jsonl"
-    val_paths = [f"data/validation/{gpu}-quick.jsonl", f"data/validation/{gpu}-full.jsonl"]
     out = f"estimator/profiles/{gpu}.json"
-    validation = [row for path in val_paths for row in load_validation(ROOT / path)]
-    refit = fit_profile(load_raw(ROOT / raw_path), validation=validation,
-                        command=f"gpuest fit {raw_path} -o {out} --validation {' '.join(val_paths)}")
     committed = json.loads((ROOT / out).read_text())
+    # The command the profile says made it (gpuest fit RAW -o OUT --validation FILE...), run again.
+    command = committed["provenance"]["fitted_by"]
+    words = shlex.split(command)
+    assert words[:2] == ["gpuest", "fit"] and words[3:5] == ["-o", out] and words[5] == "--validation", command
+    raw_path, val_paths = words[2], words[6:]
+    assert raw_path == f"data/calibration/{gpu}.jsonl" and f"data/validation/{gpu}-full.jsonl" in val_paths
+    validation = [row for path in val_paths for row in load_validation(ROOT / path)]
+    refit = fit_profile(load_raw(ROOT / raw_path), validation=validation, command=command)
     _close(json.loads(json.dumps(refit.to_json())), committed)
 
 
