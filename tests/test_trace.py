@@ -958,3 +958,26 @@ def test_ops_dispatched_under_autocast_are_marked():
     assert by_phase["forward"] == {True}
     assert by_phase["backward"] == {False} and by_phase["optimizer"] == {False}
     assert not any(d["autocast"] for _, d in trace(model, x, mode="training").nodes(data=True))
+
+
+@pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN])
+def test_a_recurrent_layer_launches_cudnns_kernels_whatever_the_cpu_path_decomposes_it_into(cls):
+    # The CPU runs an LSTM as one op per layer but a GRU as a dozen ops per step; on CUDA both are
+    # one cuDNN call: per layer and direction a GEMM and a cell kernel per step plus the input GEMM.
+    from estimator.annotate.formulas import cudnn_rnn_kernels
+    steps, layers = 16, 2
+    for bidirectional in (False, True):
+        rnn = cls(32, 32, num_layers=layers, batch_first=True, bidirectional=bidirectional).to("meta")
+        g = trace(rnn, (torch.empty(4, steps, 32, device="meta"),), mode="training")
+        nodes = {d["phase"]: d for _, d in g.nodes(data=True) if d["category"] == "rnn"}
+        per = layers * (2 if bidirectional else 1)
+        assert nodes["forward"]["kernels"] == per * cudnn_rnn_kernels(steps) == per * (2 * steps + 1)
+        assert nodes["backward"]["kernels"] == per * cudnn_rnn_kernels(steps, backward=True)
+
+
+def test_a_recurrent_model_traced_on_its_own_keeps_its_loss_and_optimizer_apart():
+    g = trace(torch.nn.GRU(32, 32, batch_first=True).to("meta"), (torch.empty(4, 8, 32, device="meta"),),
+              mode="training")
+    fused = {d["phase"] for _, d in g.nodes(data=True) if d["category"] == "rnn"}
+    assert fused == {"forward", "backward"}
+    assert any(d["phase"] == "optimizer" and d["category"] == "optimizer" for _, d in g.nodes(data=True))

@@ -251,6 +251,13 @@ def _transformer_layer_fast(call: OpCall) -> Cost:
 RNN_GATES = {0: 1, 1: 1, 2: 4, 3: 3}  # mkldnn/cudnn mode: RNN_RELU, RNN_TANH, LSTM, GRU
 
 
+def cudnn_rnn_kernels(steps: int, backward: bool = False) -> int:
+    """CUDA kernels of one layer and direction of a cuDNN recurrent layer over `steps` time steps: a
+    recurrent GEMM and a pointwise cell kernel per step, plus the input projection GEMM (in backward
+    also the weight-gradient GEMM) over all steps (data/kernels/)."""
+    return 2 * steps + (2 if backward else 1)
+
+
 @register_cost(*iter_ops(["mkldnn_rnn_layer"]))
 def _rnn_layer(call: OpCall) -> Cost:
     x, w_ih = call.args[0], call.args[1]
@@ -265,7 +272,8 @@ def _rnn_layer(call: OpCall) -> Cost:
     # The time steps run one after another, each a recurrent GEMM and a pointwise gate kernel (cuDNN,
     # data/kernels/): one step's GEMM is all the GPU has to fill its SMs with, hence gemm batch 1, and
     # each step reads the recurrent weights again.
-    cost = _with_gemm(call, "rnn", flops, (batch, gates * hidden, in_size + hidden), 1, kernels=2 * steps + 1)
+    cost = _with_gemm(call, "rnn", flops, (batch, gates * hidden, in_size + hidden), 1,
+                      kernels=cudnn_rnn_kernels(steps))
     return replace(cost, bytes_read=cost.bytes_read + _recurrent_rereads(call.args[2], steps))
 
 
@@ -286,7 +294,8 @@ def _rnn_layer_backward(call: OpCall) -> Cost:
     flops = 4.0 * steps_batch * gates * hidden * (in_size + hidden) + 8.0 * steps_batch * gates * hidden
     base = generic_cost(call, category="rnn", flops=flops)
     return Cost(base.flops, base.bytes_read + _recurrent_rereads(call.args[2], shape[0]), unique_bytes(out), "rnn",
-                gemm_mnk=(shape[1], gates * hidden, in_size + hidden), gemm_batch=1, kernels=2 * shape[0] + 2)
+                gemm_mnk=(shape[1], gates * hidden, in_size + hidden), gemm_batch=1,
+                kernels=cudnn_rnn_kernels(shape[0], backward=True))
 
 
 # ---------------------------------------------------------------- normalisation

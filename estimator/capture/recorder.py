@@ -15,7 +15,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.module_tracker import ModuleTracker
 
-from ..annotate import formulas as _formulas  # noqa: F401  (registers the cost formulas)
+from ..annotate.formulas import cudnn_rnn_kernels  # importing formulas registers the cost formulas
 from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
 from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, is_channels_last, storage_key,
                                  tensor_bytes, tensors, unique_bytes)
@@ -78,6 +78,8 @@ class OpRecorder(TorchDispatchMode):
         self._fused_written: dict[int, float] = {}  # storages it wrote that nothing inside it read yet
         self._entered: list[str] = []  # active modules in the order they were entered
         self._module_calls = 0  # Python module calls since the last recorded op (host overhead)
+        self._rnn_steps: dict[int, int] = {}    # time steps of each recurrent module's last call, by id
+        self._fused_kernels_known = False         # the current fused node's kernels are set from its module
 
     # ------------------------------------------------------------------ dispatch
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -88,8 +90,22 @@ class OpRecorder(TorchDispatchMode):
         return out
 
     def count_module_call(self, module: torch.nn.Module, args: Any) -> None:
-        """Forward pre-hook: eager nn.Module.__call__ costs host time of its own."""
+        """Forward pre-hook: eager nn.Module.__call__ costs host time of its own. Also notes the time
+        steps a recurrent module is called over (its fused node's kernels follow cuDNN's, not the ops
+        the CPU path decomposes it into)."""
         self._module_calls += 1
+        x = args[0] if args else None
+        if isinstance(module, torch.nn.RNNBase) and isinstance(x, torch.Tensor) and x.dim() in (2, 3):
+            self._rnn_steps[id(module)] = int(x.shape[1] if module.batch_first and x.dim() == 3 else x.shape[0])
+
+    def _rnn_kernels(self) -> int | None:
+        """cuDNN's kernels for the recurrent module of the current fused node, if its steps are known."""
+        mod = self.modules_by_name.get(self._fused_scope)
+        steps = self._rnn_steps.get(id(mod))
+        if not isinstance(mod, torch.nn.RNNBase) or steps is None:
+            return None
+        per_layer = cudnn_rnn_kernels(steps, backward=self.phase == "backward")
+        return mod.num_layers * (2 if mod.bidirectional else 1) * per_layer
 
     # ------------------------------------------------------------------ helpers
     def current_module(self) -> str:
@@ -107,12 +123,15 @@ class OpRecorder(TorchDispatchMode):
 
     def _fused_op(self, module: str) -> str | None:
         """The library call a fused module runs as, if `module` lies inside one."""
+        if self.phase not in ("forward", "backward"):
+            return None    # the loss and the optimizer step run outside any module's library call
         parts = module.split(".") if module else []
-        for depth in range(len(parts), 0, -1):
-            mod = self.modules_by_name.get(".".join(parts[:depth]))
+        # Innermost first, down to the traced model itself ("": an nn.LSTM traced on its own).
+        for scope in [".".join(parts[:depth]) for depth in range(len(parts), 0, -1)] + [""]:
+            mod = self.modules_by_name.get(scope)
             for cls, (fwd, bwd) in FUSED_MODULES.items():
                 if isinstance(mod, cls):
-                    self._fused_scope = ".".join(parts[:depth])
+                    self._fused_scope = scope
                     return bwd if self.phase == "backward" else fwd
         return None
 
@@ -133,6 +152,8 @@ class OpRecorder(TorchDispatchMode):
                 self._merge(len(self.nodes) - 1, call, cost, producers, outputs)
                 return
             self._fused_key = key
+            rnn_kernels = self._rnn_kernels()
+            self._fused_kernels_known = rnn_kernels is not None
             self._fused_seen = {storage_key(t) for t in inputs + outputs}
             self._fused_written = {storage_key(t): tensor_bytes(t) for t in outputs}
             module = self._fused_scope
@@ -165,8 +186,9 @@ class OpRecorder(TorchDispatchMode):
             "broadcast": bool(cost.broadcast),
             "broadcast_run": int(cost.broadcast_run),
             "host_syncs": int(cost.host_syncs),
-            "kernels": cost.kernels if not fused else (cost.kernels if category in TENSOR_CORE_CATEGORIES
-                                                       or cost.category in TENSOR_CORE_CATEGORIES else 0) + 1,
+            "kernels": cost.kernels if not fused else rnn_kernels if rnn_kernels is not None else (
+                cost.kernels if category in TENSOR_CORE_CATEGORIES or cost.category in TENSOR_CORE_CATEGORIES
+                else 0) + 1,
             "supported": bool(cost.supported),
             "free": cost.category == "view",
             "host_only": bool(cost.host_only),
@@ -200,7 +222,8 @@ class OpRecorder(TorchDispatchMode):
         self._fused_seen.update(storage_key(t) for t in call.inputs + outputs)
         a["fused_ops"] += 1
         if cost.category in TENSOR_CORE_CATEGORIES:
-            a["kernels"] += cost.kernels
+            if not self._fused_kernels_known:
+                a["kernels"] += cost.kernels
             if cost.gemm_mnk != (0, 0, 0):
                 a["gemm_m"], a["gemm_n"], a["gemm_k"] = cost.gemm_mnk
             if a["math_mode"] == "int":
