@@ -609,7 +609,10 @@ def op_holdout_markdown() -> str:
          "Device time of single ops from the calibration suite whose shapes were held out of the fit "
          "(about 20 % of each category), priced with the full model (roofline, residual, latency); "
          "\"fitted benchmarks\" counts the category's training rows. Source: "
-         "the `holdout_median_ape` / `holdout_p90_ape` fields `gpuest fit` writes into each shipped profile.", "",
+         "the `holdout_median_ape` / `holdout_p90_ape` fields `gpuest fit` writes into each shipped profile. "
+         "Some categories hold out only a handful of shapes; docs/CROSS_VALIDATION.md scores every benchmark "
+         "by a fit that did not see it (`python3 benchmarks/cross_validate.py --markdown docs/CROSS_VALIDATION.md`).",
+         "",
          "| GPU | category | fitted benchmarks | held-out median APE | held-out P90 APE |", "|---|---|---|---|---|"]
     for gpu, prof in sorted(profiles.items()):
         for cat, fit in sorted(prof.residuals.items()):
