@@ -481,8 +481,9 @@ def fit_host_and_gap(profile: Profile, validation: list[dict[str, Any]], gpu: GP
     Micro-benchmarks time one op in a tight loop; in a real model every op also pays Python and
     autograd bookkeeping, and every nn.Module call costs host time. Non-negative least squares of
     the measured wall time on HOST_TERMS gives per-phase scales of the dispatch costs, the module
-    call cost, the host-only op cost and the cost of autocast's dispatch per op. The GPU's power while it waits for the host (gap_w) follows
-    from the measured energy of the same runs. Held-out models are never used."""
+    call cost, the host-only op cost and the cost of autocast's dispatch per op. The GPU's power while
+    it waits for the host (gap_w) follows from the measured energy of the same runs. Held-out models are
+    never used."""
     from estimator.price.estimate import estimate_graph
     rows = [r for r in validation if r.get("status") == "ok" and not r.get("heldout") and not r.get("dry_run")
             and r.get("gpu_canonical") == gpu.name and r.get("wall_s") and r.get("device_busy_s") is not None

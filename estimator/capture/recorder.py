@@ -79,7 +79,6 @@ class OpRecorder(TorchDispatchMode):
         self._entered: list[str] = []  # active modules in the order they were entered
         self._module_calls = 0  # Python module calls since the last recorded op (host overhead)
         self._rnn_steps: dict[int, int] = {}    # time steps of each recurrent module's last call, by id
-        self._fused_kernels_known = False         # the current fused node's kernels are set from its module
 
     # ------------------------------------------------------------------ dispatch
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -97,6 +96,14 @@ class OpRecorder(TorchDispatchMode):
         x = args[0] if args else None
         if isinstance(module, torch.nn.RNNBase) and isinstance(x, torch.Tensor) and x.dim() in (2, 3):
             self._rnn_steps[id(module)] = int(x.shape[1] if module.batch_first and x.dim() == 3 else x.shape[0])
+
+    def _fused_kernels(self, cost: Cost, category: str) -> int:
+        """Kernels of a fused node at its first op: cuDNN's count for a recurrent module whose steps are
+        known, else the op's own GEMM kernels plus one (later GEMMs add theirs in _merge)."""
+        rnn = self._rnn_kernels()
+        if rnn is not None:
+            return rnn
+        return (cost.kernels if TENSOR_CORE_CATEGORIES & {category, cost.category} else 0) + 1
 
     def _rnn_kernels(self) -> int | None:
         """cuDNN's kernels for the recurrent module of the current fused node, if its steps are known."""
@@ -152,8 +159,6 @@ class OpRecorder(TorchDispatchMode):
                 self._merge(len(self.nodes) - 1, call, cost, producers, outputs)
                 return
             self._fused_key = key
-            rnn_kernels = self._rnn_kernels()
-            self._fused_kernels_known = rnn_kernels is not None
             self._fused_seen = {storage_key(t) for t in inputs + outputs}
             self._fused_written = {storage_key(t): tensor_bytes(t) for t in outputs}
             module = self._fused_scope
@@ -186,9 +191,7 @@ class OpRecorder(TorchDispatchMode):
             "broadcast": bool(cost.broadcast),
             "broadcast_run": int(cost.broadcast_run),
             "host_syncs": int(cost.host_syncs),
-            "kernels": cost.kernels if not fused else rnn_kernels if rnn_kernels is not None else (
-                cost.kernels if category in TENSOR_CORE_CATEGORIES or cost.category in TENSOR_CORE_CATEGORIES
-                else 0) + 1,
+            "kernels": cost.kernels if not fused else self._fused_kernels(cost, category),
             "supported": bool(cost.supported),
             "free": cost.category == "view",
             "host_only": bool(cost.host_only),
@@ -222,7 +225,7 @@ class OpRecorder(TorchDispatchMode):
         self._fused_seen.update(storage_key(t) for t in call.inputs + outputs)
         a["fused_ops"] += 1
         if cost.category in TENSOR_CORE_CATEGORIES:
-            if not self._fused_kernels_known:
+            if self._rnn_kernels() is None:   # a recurrent module's count is its own, set when it began
                 a["kernels"] += cost.kernels
             if cost.gemm_mnk != (0, 0, 0):
                 a["gemm_m"], a["gemm_n"], a["gemm_k"] = cost.gemm_mnk

@@ -2,10 +2,11 @@
 
 Each node's kernels start at max(time the host issued the first of them, end of the previous node)
 on one stream. A node that synchronises with the host (`.item()`, an output sized by the data) holds
-the host until the device has finished it. A node that launches its kernels from a host loop (a cuDNN RNN: a few per time step)
-pays a host cost per launch after the first, and its device work overlaps those launches: it ends no
-earlier than its own device time after it started, and no earlier than the host's last launch plus
-one kernel's share of that time. The simulation is vectorised with a running maximum.
+the host until the device has finished it. A node that launches its kernels from a host loop (a cuDNN
+RNN: a few per time step) pays a host cost per launch after the first, and its device work overlaps
+those launches: it ends no earlier than its own device time after it started, and no earlier than the
+host's last launch plus one kernel's share of that time. The simulation is vectorised with a running
+maximum, segment by segment between synchronising nodes.
 """
 from __future__ import annotations
 
