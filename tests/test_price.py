@@ -584,6 +584,10 @@ def test_an_op_that_synchronises_pays_the_profiles_stall_per_sync():
     times, _ = device_times(table, get_gpu("H100"), 1980.0, prof)
     assert times.latency_s[1] - times.latency_s[0] == pytest.approx(prof.host_sync_s)
     assert prof.host_sync_s > 0
+    # The plain-roofline baseline has no fixed costs at all, a sync's included.
+    from estimator.price.profile_choice import roofline_profile
+    plain, _ = device_times(table, get_gpu("H100"), 1980.0, roofline_profile())
+    assert not plain.latency_s.any()
 
 
 def test_autocast_dispatch_costs_host_time_per_op():
