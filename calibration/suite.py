@@ -357,33 +357,57 @@ def _attention(out: list[Benchmark]) -> None:
     shapes = [(1, 16, 512, 64), (8, 16, 1024, 64), (4, 32, 2048, 128), (1, 8, 4096, 128), (16, 12, 256, 64),
               (2, 16, 8192, 64), (32, 12, 197, 64), (4, 8, 1000, 80)]
     for mode in ("bf16", "fp16", "fp32"):
-        dt = DTYPES[mode]
-        for si, (b, h, s, dh) in enumerate(shapes):
+        for si, shape in enumerate(shapes):
             if mode != "bf16" and si % 2:
                 continue
             for causal in (False, True):
-                fl = 4.0 * b * h * s * s * dh * (0.5 if causal else 1.0)
-                nb = 4 * b * h * s * dh * dt.itemsize
-                params = {"dtype": mode, "batch": b, "heads": h, "seq": s, "head_dim": dh, "causal": causal}
-                tag = f"{mode}_b{b}_h{h}_s{s}_d{dh}{'_causal' if causal else ''}"
-
-                def leaves(device: torch.device, seed: int, i: int, b=b, h=h, s=s, dh=dh, dt=dt) -> tuple:
-                    shp = (_d(b, device, 2), _d(h, device, 2), _d(s, device, 16), _d(dh, device, 8))
-                    return tuple(_randn(shp, dt, device, seed, i * 4 + j) for j in range(3))
-
-                def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal=causal) -> torch.Tensor:
-                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-                def build_fwd(device: torch.device, seed: int, leaves=leaves, fwd=fwd) -> Built:
-                    return Built(fwd, lambda i: leaves(device, seed, i))
-
-                def build_bwd(device: torch.device, seed: int, leaves=leaves, fwd=fwd) -> Built:
-                    return _backward_built(fwd, lambda i: leaves(device, seed, i), 3)
-                out.append(Benchmark(f"sdpa_fwd_{tag}", "attention", {"op": "sdpa", **params}, build_fwd,
-                                     est_ms=_est(fl, nb, mode if mode != "fp32" else "tf32")))
+                _sdpa_benchmark(out, mode, shape, causal, False)
                 if si < 6:
-                    out.append(Benchmark(f"sdpa_bwd_{tag}", "attention", {"op": "sdpa_backward", **params},
-                                         build_bwd, est_ms=_est(2.5 * fl, 2 * nb, mode if mode != "fp32" else "tf32")))
+                    _sdpa_benchmark(out, mode, shape, causal, True)
+    _attention_more(out)
+
+
+# Session 10: attention had 11 held-out shapes; these add head dims 80-128, sequence lengths that are not
+# a multiple of 64 (ViT-L/384's 577, CLIP's 77, Whisper's 1500) and more batch x heads per SM.
+_ATTENTION_MORE = [(2, 32, 1024, 128), (16, 16, 512, 64), (64, 12, 128, 64), (1, 32, 2048, 128), (8, 12, 384, 64),
+                   (4, 16, 1536, 96), (24, 16, 577, 64), (64, 8, 77, 64), (3, 20, 1500, 64)]
+
+
+def _sdpa_benchmark(out: list[Benchmark], mode: str, shape: tuple[int, int, int, int], causal: bool,
+                    backward: bool) -> None:
+    b, h, s, dh = shape
+    dt = DTYPES[mode]
+    fl = 4.0 * b * h * s * s * dh * (0.5 if causal else 1.0)
+    nb = 4 * b * h * s * dh * dt.itemsize
+    params = {"dtype": mode, "batch": b, "heads": h, "seq": s, "head_dim": dh, "causal": causal}
+    tag = f"{mode}_b{b}_h{h}_s{s}_d{dh}{'_causal' if causal else ''}"
+
+    def leaves(device: torch.device, seed: int, i: int) -> tuple:
+        shp = (_d(b, device, 2), _d(h, device, 2), _d(s, device, 16), _d(dh, device, 8))
+        return tuple(_randn(shp, dt, device, seed, i * 4 + j) for j in range(3))
+
+    def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    est_mode = mode if mode != "fp32" else "tf32"
+    if backward:
+        out.append(Benchmark(f"sdpa_bwd_{tag}", "attention", {"op": "sdpa_backward", **params},
+                             lambda device, seed: _backward_built(fwd, lambda i: leaves(device, seed, i), 3),
+                             est_ms=_est(2.5 * fl, 2 * nb, est_mode)))
+    else:
+        out.append(Benchmark(f"sdpa_fwd_{tag}", "attention", {"op": "sdpa", **params},
+                             lambda device, seed: Built(fwd, lambda i: leaves(device, seed, i)),
+                             est_ms=_est(fl, nb, est_mode)))
+
+
+def _attention_more(out: list[Benchmark]) -> None:
+    for si, shape in enumerate(_ATTENTION_MORE):
+        for causal in (False, True):
+            for backward in (False, True):
+                _sdpa_benchmark(out, "bf16", shape, causal, backward)
+        if si % 2 == 0:  # fp32 (the memory-efficient kernels) and fp16 on every other shape
+            for backward in (False, True):
+                _sdpa_benchmark(out, "fp32", shape, False, backward)
+            _sdpa_benchmark(out, "fp16", shape, True, False)
 
 
 # ---------------------------------------------------------------- RNN (cuDNN)
@@ -404,53 +428,18 @@ def _rnn(out: list[Benchmark]) -> None:
     lstm_only = [(64, 1, 512, 512, 1), (128, 64, 256, 512, 1), (32, 32, 128, 256, 3), (256, 128, 512, 512, 1),
                  (16, 256, 1024, 2048, 1)]
     for cell in ("lstm", "gru"):
-        gates = 4 if cell == "lstm" else 3
         for seq, batch, fin, hid, layers in configs + (lstm_only if cell == "lstm" else []):
-            fl = 2.0 * seq * batch * gates * hid * (fin + hid + (layers - 1) * 2 * hid)
-            nb = 4.0 * (seq * batch * (fin + hid) + gates * hid * (fin + hid) * layers)
-            params = {"cell": cell, "seq": seq, "batch": batch, "input": fin, "hidden": hid, "layers": layers,
-                      "dtype": "fp32"}
-            tag = f"{cell}_t{seq}_b{batch}_in{fin}_h{hid}_l{layers}"
-
-            def make(device: torch.device, cell=cell, fin=fin, hid=hid, layers=layers) -> torch.nn.Module:
-                cls = torch.nn.LSTM if cell == "lstm" else torch.nn.GRU
-                rnn = cls(_d(fin, device, 8), _d(hid, device, 8), layers, device=device)
-                trace_copy = _RNNForward(cls(_d(fin, device, 8), _d(hid, device, 8), layers, device="meta"))
-                return rnn, trace_copy
-
-            def xshape(device: torch.device, seq=seq, batch=batch, fin=fin) -> tuple:
-                return (_d(seq, device, 4), _d(batch, device, 2), _d(fin, device, 8))
-
-            def build_fwd(device: torch.device, seed: int, make=make, xshape=xshape) -> Built:
-                torch.manual_seed(seed)
-                rnn, meta = make(device)
-                rnn.eval()
-                return Built(lambda x: rnn(x)[0], lambda i: (_randn(xshape(device), torch.float32, device, seed, i),),
-                             TraceSpec(meta, (torch.empty(xshape(device), device="meta"),)))
-
-            def build_fb(device: torch.device, seed: int, make=make, xshape=xshape) -> Built:
-                torch.manual_seed(seed)
-                rnn, meta = make(device)
-                rnn.train()
-                params_ = list(rnn.parameters())
-
-                def fn(x: torch.Tensor) -> Any:
-                    with torch.enable_grad():
-                        return torch.autograd.grad(rnn(x)[0].sum(), params_)
-                return Built(fn, lambda i: (_randn(xshape(device), torch.float32, device, seed, i),),
-                             TraceSpec(meta, (torch.empty(xshape(device), device="meta"),), mode="training",
-                                       loss_fn=lambda y: y.sum()))
-            # On the CPU (where we trace) a GRU is not one op but a few per time step: its trace is
-            # slow (~7 ms per step and layer forward, ~20 ms forward+backward, measured).
-            steps = seq * layers if cell == "gru" else 0
-            out.append(Benchmark(f"rnn_fwd_{tag}", "rnn", {"op": f"{cell}_forward", **params}, build_fwd,
-                                 est_ms=_est(fl, nb, "tf32") + 0.005 * seq * layers,
-                                 trace_cost_s=0.03 + 0.007 * steps, host_paced=True))
-            if steps > 512:  # a 10-20 s trace for one point: leave it to the forward benchmark
-                continue
-            out.append(Benchmark(f"rnn_fwdbwd_{tag}", "rnn", {"op": f"{cell}_forward_backward", **params}, build_fb,
-                                 est_ms=3 * (_est(fl, nb, "tf32") + 0.005 * seq * layers),
-                                 trace_cost_s=0.05 + 0.02 * steps, host_paced=True))
+            _rnn_benchmarks(out, cell, seq, batch, fin, hid, layers, False)
+    # Session 10: rnn had 6 held-out shapes. Small hidden sizes (whose steps are launch-bound), language
+    # and speech models' shapes, and bidirectional layers; GRUs kept to few steps (slow CPU traces).
+    for cell, seq, batch, fin, hid, layers, bidir in [
+            ("lstm", 35, 20, 650, 650, 2, False), ("lstm", 100, 32, 128, 128, 1, False),
+            ("lstm", 50, 1, 128, 128, 1, False), ("lstm", 20, 64, 300, 256, 2, False),
+            ("lstm", 64, 32, 256, 256, 1, True), ("lstm", 50, 16, 128, 512, 2, True),
+            ("lstm", 128, 256, 64, 64, 1, False), ("gru", 32, 64, 256, 256, 1, False),
+            ("gru", 50, 1, 128, 128, 1, False), ("gru", 20, 32, 512, 1024, 2, False),
+            ("gru", 24, 16, 128, 256, 1, True)]:
+        _rnn_benchmarks(out, cell, seq, batch, fin, hid, layers, bidir)
     for cell in ("lstm", "gru"):
         # One cuDNN RNN call costs the host far more than one elementwise op (weight and descriptor
         # checks); at batch 1 that is most of a step, so "rnn" gets its own measured dispatch cost.
@@ -466,6 +455,58 @@ def _rnn(out: list[Benchmark]) -> None:
                                                               "hidden": 64}, build_probe, kind="host_dispatch",
                              est_ms=0.05, trace_cost_s=0.2))
 
+
+def _rnn_benchmarks(out: list[Benchmark], cell: str, seq: int, batch: int, fin: int, hid: int, layers: int,
+                    bidir: bool) -> None:
+    """The forward and the forward+backward benchmark of one cuDNN LSTM/GRU (fp32, sequence-first input)."""
+    gates = 4 if cell == "lstm" else 3
+    dirs = 2 if bidir else 1
+    fl = 2.0 * dirs * seq * batch * gates * hid * (fin + hid + (layers - 1) * (dirs + 1) * hid)
+    nb = 4.0 * (seq * batch * (fin + dirs * hid) + dirs * gates * hid * (fin + hid) * layers)
+    params = {"cell": cell, "seq": seq, "batch": batch, "input": fin, "hidden": hid, "layers": layers,
+              "dtype": "fp32", **({"bidirectional": True} if bidir else {})}
+    tag = f"{cell}_t{seq}_b{batch}_in{fin}_h{hid}_l{layers}{'_bi' if bidir else ''}"
+
+    def make(device: torch.device) -> tuple[torch.nn.Module, torch.nn.Module]:
+        cls = torch.nn.LSTM if cell == "lstm" else torch.nn.GRU
+        rnn = cls(_d(fin, device, 8), _d(hid, device, 8), layers, bidirectional=bidir, device=device)
+        trace_copy = _RNNForward(cls(_d(fin, device, 8), _d(hid, device, 8), layers, bidirectional=bidir,
+                                     device="meta"))
+        return rnn, trace_copy
+
+    def xshape(device: torch.device) -> tuple:
+        return (_d(seq, device, 4), _d(batch, device, 2), _d(fin, device, 8))
+
+    def build_fwd(device: torch.device, seed: int) -> Built:
+        torch.manual_seed(seed)
+        rnn, meta = make(device)
+        rnn.eval()
+        return Built(lambda x: rnn(x)[0], lambda i: (_randn(xshape(device), torch.float32, device, seed, i),),
+                     TraceSpec(meta, (torch.empty(xshape(device), device="meta"),)))
+
+    def build_fb(device: torch.device, seed: int) -> Built:
+        torch.manual_seed(seed)
+        rnn, meta = make(device)
+        rnn.train()
+        params_ = list(rnn.parameters())
+
+        def fn(x: torch.Tensor) -> Any:
+            with torch.enable_grad():
+                return torch.autograd.grad(rnn(x)[0].sum(), params_)
+        return Built(fn, lambda i: (_randn(xshape(device), torch.float32, device, seed, i),),
+                     TraceSpec(meta, (torch.empty(xshape(device), device="meta"),), mode="training",
+                               loss_fn=lambda y: y.sum()))
+    # On the CPU (where we trace) a GRU is not one op but a few per time step: its trace is
+    # slow (~7 ms per step and layer forward, ~20 ms forward+backward, measured).
+    steps = dirs * seq * layers if cell == "gru" else 0
+    out.append(Benchmark(f"rnn_fwd_{tag}", "rnn", {"op": f"{cell}_forward", **params}, build_fwd,
+                         est_ms=_est(fl, nb, "tf32") + 0.005 * seq * layers,
+                         trace_cost_s=0.03 + 0.007 * steps, host_paced=True))
+    if steps > 512:  # a 10-20 s trace for one point: leave it to the forward benchmark
+        return
+    out.append(Benchmark(f"rnn_fwdbwd_{tag}", "rnn", {"op": f"{cell}_forward_backward", **params}, build_fb,
+                         est_ms=3 * (_est(fl, nb, "tf32") + 0.005 * seq * layers),
+                         trace_cost_s=0.05 + 0.02 * steps, host_paced=True))
 
 # ---------------------------------------------------------------- memory-bound families
 
@@ -594,6 +635,38 @@ def _reduction(out: list[Benchmark]) -> None:
                 _fwd_bwd(out, opname, f"{mode}_{r}x{c}", "reduction", opname,
                          {k: v for k, v in params.items() if k != "op"}, fwd, leaves, 1,
                          _est(5.0 * r * c, nb), _est(3.0 * r * c, 1.5 * nb))
+    _reduction_more(out)
+
+
+def _reduction_more(out: list[Benchmark]) -> None:
+    """Session 10: row reductions on bf16 data, column sums of more widths, softmax over attention-score
+    rows (eager attention: 1024, 577 and 256 keys)."""
+    for opname, fn in {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax}.items():
+        for r, c in [(4096, 4096), (512, 16384), (65536, 256), (1000, 1000)]:
+            def build(device: torch.device, seed: int, r=r, c=c, fn=fn) -> Built:
+                return _simple(lambda x: fn(x, -1), [(_d(r, device), _d(c, device))], [torch.bfloat16])(device, seed)
+            out.append(Benchmark(f"reduce_{opname}_bf16_{r}x{c}_dim-1", "reduction",
+                                 {"op": opname, "dtype": "bf16", "rows": r, "cols": c, "dim": -1}, build,
+                                 est_ms=_est(r * c, 2.0 * r * c)))
+    for mode in ("fp32", "bf16"):
+        for r, c in [(32768, 512), (2048, 4096), (131072, 64)]:
+            def build_col(device: torch.device, seed: int, r=r, c=c, dt=DTYPES[mode]) -> Built:
+                return _simple(lambda x: torch.sum(x, 0), [(_d(r, device), _d(c, device))], [dt])(device, seed)
+            out.append(Benchmark(f"colsum_{mode}_{r}x{c}", "reduction",
+                                 {"op": "sum", "dtype": mode, "rows": r, "cols": c, "dim": 0}, build_col,
+                                 est_ms=_est(r * c, DTYPES[mode].itemsize * r * c)))
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for r, c in [(4 * 12 * 1024, 1024), (8 * 16 * 577, 577), (32 * 8 * 256, 256)]:
+            def leaves(device: torch.device, seed: int, i: int, r=r, c=c, dt=dt) -> tuple:
+                return (_randn((_d(r, device), _d(c, device)), dt, device, seed, i),)
+
+            def fwd(x: torch.Tensor) -> torch.Tensor:
+                return F.softmax(x, -1)
+            nb = 2.0 * r * c * dt.itemsize
+            _fwd_bwd(out, "softmax", f"{mode}_{r}x{c}", "reduction", "softmax",
+                     {"dtype": mode, "rows": r, "cols": c}, fwd, leaves, 1,
+                     _est(5.0 * r * c, nb), _est(3.0 * r * c, 1.5 * nb))
 
 
 def _norm(out: list[Benchmark]) -> None:
@@ -642,7 +715,10 @@ def _norm(out: list[Benchmark]) -> None:
                             # ConvNeXt-style norms over the channels of NHWC tokens, at training batch
                             (200704, 96), (802816, 96), (25088, 384), (6272, 768),
                             # rows that are not a multiple of 4 elements take the unvectorised kernels
-                            (8192, 75), (4096, 250), (32768, 30), (2048, 1001)]:
+                            (8192, 75), (4096, 250), (32768, 30), (2048, 1001),
+                            # session 10: transformer widths at more token counts (layer norm's backward
+                            # had the category's largest held-out error)
+                            (8192, 1024), (16384, 768), (2048, 5120), (64 * 197, 768), (50176, 128)]:
             numel = tokens * dim
 
             def leaves(device: torch.device, seed: int, i: int, tokens=tokens, dim=dim, dt=dt) -> tuple:
@@ -756,7 +832,15 @@ def _embedding(out: list[Benchmark]) -> None:
                                      (30522, 1024, 8192, "bf16"), (50257, 1600, 4096, "bf16"),
                                      (128256, 2048, 4096, "bf16"), (1000, 256, 65536, "fp32"),
                                      (50257, 768, 512, "fp32"), (100, 512, 16384, "bf16"),
-                                     (8192, 128, 262144, "fp32"), (32000, 4096, 2048, "fp32")]:
+                                     (8192, 128, 262144, "fp32"), (32000, 4096, 2048, "fp32"),
+                                     # session 10: position and token-type tables, short batches (the direct
+                                     # backward, <= 3072 indices) and more vocabularies and widths
+                                     (512, 768, 8192, "fp32"), (2, 768, 8192, "fp32"), (50257, 768, 16384, "bf16"),
+                                     (32000, 4096, 512, "bf16"), (151936, 896, 4096, "bf16"),
+                                     (30522, 768, 128, "fp32"), (50257, 1024, 1024, "fp32"),
+                                     (10000, 300, 32768, "fp32"), (256000, 2048, 1024, "bf16"),
+                                     (1000, 64, 1024, "fp32"), (49408, 512, 77 * 64, "fp32"),
+                                     (65024, 4544, 2048, "bf16")]:
         dt = DTYPES[mode]
         nb = tokens * dim * dt.itemsize * 2
 
@@ -847,6 +931,52 @@ def _copy(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"cat_channels_{mode}_{parts}x{n}x{c}x{hw}x{hw}", "copy",
                                  {"op": "cat", "dtype": mode, "parts": parts, "batch": n, "channels": c, "hw": hw},
                                  build_ch, est_ms=_est(0, 2.0 * dt.itemsize * parts * n * c * hw * hw)))
+    _copy_more(out)
+
+
+def _copy_more(out: list[Benchmark]) -> None:
+    """Session 10: copy had 8 held-out shapes. More casts, and layout changes over many channel counts at
+    similar bytes (the NCHW<->NHWC transposes around cuDNN's convolutions depend on the channel count)."""
+    for src, dst, numels in [("fp16", "fp32", _NUMELS[1::2]), ("fp32", "bf16", [10 ** 6 + 3, 5 * 10 ** 6 + 3]),
+                             ("bf16", "fp16", [2 ** 20, 2 ** 24])]:
+        for n in numels:
+            def build(device: torch.device, seed: int, n=n, src=DTYPES[src], dst=DTYPES[dst]) -> Built:
+                return _simple(lambda x: x.to(dst), [(_d(n, device, 1024),)], [src])(device, seed)
+            out.append(Benchmark(f"cast_{src}_to_{dst}_n{n}", "copy", {"op": f"to_{dst}", "dtype": src, "numel": n},
+                                 build, est_ms=_est(0, 6.0 * n)))
+    for r, c in [(4096, 4096), (768, 3072), (3072, 768), (50257, 768)]:
+        def build(device: torch.device, seed: int, r=r, c=c) -> Built:
+            return _simple(lambda x: x.t().contiguous(), [(_d(r, device), _d(c, device))], [torch.bfloat16])(
+                device, seed)
+        out.append(Benchmark(f"transpose_contig_bf16_{r}x{c}", "copy",
+                             {"op": "transpose_contiguous", "dtype": "bf16", "rows": r, "cols": c}, build,
+                             est_ms=_est(0, 4.0 * r * c)))
+    for mode, src, perm in [("fp32", "nchw", (0, 2, 3, 1)), ("bf16", "nchw", (0, 2, 3, 1)),
+                            ("bf16", "nhwc", (0, 3, 1, 2))]:
+        for n, c, hw in [(64, 16, 112), (32, 128, 56), (16, 512, 28), (8, 2048, 14), (64, 3, 224)]:
+            def build_perm(device: torch.device, seed: int, n=n, c=c, hw=hw, dt=DTYPES[mode], perm=perm) -> Built:
+                return _simple(lambda x: x.permute(*perm).contiguous(), [_nchw(device, n, c, hw)], [dt])(device, seed)
+            dst = "nhwc" if src == "nchw" else "nchw"
+            name = f"{src}_to_{dst}_{mode}_n{n}_c{c}_hw{hw}"
+            out.append(Benchmark(name, "copy",
+                                 {"op": "permute_contiguous", "dtype": mode, "batch": n, "channels": c, "hw": hw},
+                                 build_perm, est_ms=_est(0, 2.0 * DTYPES[mode].itemsize * n * c * hw * hw)))
+    for mode, (b, sq, h, d) in [("bf16", (16, 512, 16, 64)), ("fp32", (16, 512, 16, 64)), ("bf16", (4, 2048, 32, 128)),
+                                ("bf16", (128, 77, 8, 64))]:
+        def build_heads(device: torch.device, seed: int, b=b, sq=sq, h=h, d=d, dt=DTYPES[mode]) -> Built:
+            return _simple(lambda x: x.transpose(1, 2).contiguous(),
+                           [(_d(b, device, 2), _d(sq, device), _d(h, device, 4), _d(d, device))], [dt])(device, seed)
+        out.append(Benchmark(f"heads_transpose_{mode}_b{b}_s{sq}_h{h}_d{d}", "copy",
+                             {"op": "transpose_contiguous", "dtype": mode, "batch": b, "seq": sq, "heads": h,
+                              "dim": d}, build_heads, est_ms=_est(0, 2.0 * DTYPES[mode].itemsize * b * sq * h * d)))
+    for mode, parts, (n, c, hw) in [("bf16", 3, (32, 96, 56)), ("fp32", 2, (128, 256, 28)), ("bf16", 2, (8, 512, 64))]:
+        dt = DTYPES[mode]
+
+        def build_ch(device: torch.device, seed: int, parts=parts, n=n, c=c, hw=hw, dt=dt) -> Built:
+            return _simple(lambda *ts: torch.cat(ts, 1), [_nchw(device, n, c, hw)] * parts, [dt] * parts)(device, seed)
+        out.append(Benchmark(f"cat_channels_{mode}_{parts}x{n}x{c}x{hw}x{hw}", "copy",
+                             {"op": "cat", "dtype": mode, "parts": parts, "batch": n, "channels": c, "hw": hw},
+                             build_ch, est_ms=_est(0, 2.0 * dt.itemsize * parts * n * c * hw * hw)))
 
 
 # ---------------------------------------------------------------- optimizers
@@ -872,7 +1002,9 @@ OPTIMIZER_FACTORIES = {
 def _optimizer(out: list[Benchmark]) -> None:
     for opt_name, states in (("adamw", 4), ("sgd", 3)):
         for count, size in [(10, 2 ** 20), (100, 100_000), (200, 2 ** 20), (1000, 10_000), (50, 4 * 2 ** 20),
-                            (150, 65_537), (4, 25_000_000)]:
+                            (150, 65_537), (4, 25_000_000),
+                            # session 10: many small tensors, a few large ones, sizes off the powers of two
+                            (500, 4096), (60, 3 * 2 ** 20), (300, 300_000), (20, 16 * 2 ** 20)]:
             if opt_name == "sgd" and count in (1000, 150):
                 continue
             nb = count * size * 4.0 * (2 * states - 1)

@@ -667,15 +667,17 @@ def build_configs(args: argparse.Namespace) -> tuple[list[ValidationConfig], str
         return configs, "explicit"
     name = "dry" if args.dry_run and not args.set else (args.set or "quick")
     configs = get_set(name)
-    # --modes/--precision narrow a predefined set, e.g. to re-measure only its training configs.
-    for field, wanted in (("mode", _split(args.modes)), ("precision", _split(args.precision))):
+    # --modes/--precision/--batch narrow a predefined set, e.g. to re-measure only its host-bound
+    # (batch-1) training configs.
+    for field, wanted in (("mode", _split(args.modes)), ("precision", _split(args.precision)),
+                          ("batch", _split(args.batch))):
         if wanted:
-            known = sorted({getattr(c, field) for c in configs})
+            known = sorted({str(getattr(c, field)) for c in configs}, key=lambda v: (int(v), v) if v.isdigit() else (0, v))
             unknown = [w for w in wanted if w not in known]
             if unknown:
                 raise SystemExit(f"set {name!r} has no {field} {', '.join(map(repr, unknown))}; "
                                  f"it has: {', '.join(known)}")
-            configs = [c for c in configs if getattr(c, field) in wanted]
+            configs = [c for c in configs if str(getattr(c, field)) in wanted]
     return configs, name
 
 

@@ -205,6 +205,16 @@ def test_modes_and_precision_narrow_a_predefined_set(capsys):
         V.main(["--set", "full", "--modes", "train", "--list"])
 
 
+def test_batch_narrows_a_predefined_set(capsys):
+    assert V.main(["--set", "full", "--modes", "training", "--batch", "1", "--list"]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if "|" in line]
+    full = VS.get_set("full")
+    assert len(listed) == sum(c.mode == "training" and c.batch == 1 for c in full) > 0
+    assert all("|b1|" in line for line in listed)
+    with pytest.raises(SystemExit, match="no batch '7'.*it has: 1, "):
+        V.main(["--set", "full", "--batch", "7", "--list"])
+
+
 def test_dry_run_real_code_path(tmp_path: Path):
     """The real measurement (warm-up, timing, profiler, energy window, per-op) on the CPU."""
     cfg = VS.ValidationConfig(model="lstm", family="rnn", batch=1, mode="training", precision="fp32", seq=4,
