@@ -26,6 +26,7 @@ from scipy.optimize import lsq_linear
 
 from estimator.catalog import GPUSpec, get_gpu
 from estimator.errors import ProfileError
+from estimator.jsonl import read_jsonl
 from estimator.price.device_time import RESIDUAL_CLIP, device_times, fit_key, fit_keys, within_fit_range
 from estimator.price.host_timeline import launch_costs
 from estimator.price.node_table import NodeTable
@@ -33,7 +34,7 @@ from estimator.price.power import dram_bytes, voltage_ratio
 from estimator.price.profile_choice import roofline_profile
 from estimator.profile import (PROFILE_SCHEMA, RESIDUAL_FEATURES, PowerFit, Profile, ResidualFit, ResidualPoints,
                                mode_key, prior_profile, profile_from_json)
-from estimator.report.accuracy import busy_spans_annotations, trace_config, trace_key
+from estimator.report.accuracy import busy_spans_annotations, latest_per_config, trace_config, trace_key
 
 MIN_ROWS_PER_CATEGORY = 8
 MIN_ROWS_PER_OP = 10
@@ -70,14 +71,7 @@ def load_raw(path: str | Path) -> RawData:
     path = Path(path)
     meta: dict[str, Any] = {}
     rows = []
-    for i, line in enumerate(path.read_text().splitlines()):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ProfileError(f"{path}:{i + 1}: not valid JSON ({exc}); the file may be truncated — "
-                               "re-run the suite with --resume to complete it") from exc
+    for row in read_jsonl(path):
         if "meta" in str(row.get("schema", "")):
             meta.update(row)
         else:
@@ -433,21 +427,11 @@ def holdout_errors(profile: Profile, samples: list[RowFeatures], gpu: GPUSpec,
     return errs
 
 
-def load_validation(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a validation JSONL file (calibration.validate); a line that is not JSON is an error
-    that names it, except a torn last line of an interrupted run, which is skipped."""
-    lines = Path(path).read_text().splitlines()
-    rows = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            if n == len(lines):
-                continue
-            raise ProfileError(f"{path}:{n} is not a JSON row ({exc}); the validation file is corrupt") from exc
-    return rows
+def load_validation(*paths: str | Path) -> list[dict[str, Any]]:
+    """The rows of validation JSONL files (calibration.validate), read as estimator.jsonl reads every
+    measurement file; where several rows measure one config on one GPU (a re-measurement), the last wins,
+    as in the accuracy report."""
+    return latest_per_config(row for path in paths for row in read_jsonl(path))
 
 
 HOST_BOUND_BUSY_FRACTION = 0.5   # validation runs whose GPU was busy less than this are host-bound
@@ -631,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
     validation = None
     command = f"gpuest fit {args.raw} -o {args.out}"
     if args.validation:
-        validation = [row for path in args.validation for row in load_validation(path)]
+        validation = load_validation(*args.validation)
         command += " --validation " + " ".join(args.validation)
     if args.stored_nodes:
         command += " --stored-nodes"

@@ -5,16 +5,18 @@ kernel name with its device time and launches per iteration, so a category the e
 (e.g. depthwise convolutions on NHWC data, fp32 GELU under autocast) shows up as named kernels.
 
     python3 -m calibration.kernel_profile resnet50 --batch 128 --precision bf16-mixed --out k.jsonl
+    python3 -m calibration.kernel_profile --benchmark rnn_fwd_gru_t50_b1_in128_h128_l1 --out k.jsonl
 """
 from __future__ import annotations
 
 import argparse
 import collections
 import datetime as dt
+import difflib
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -38,6 +40,18 @@ def profile_step(model: str, *, batch: int, precision: str, mode: str = "trainin
     cfg = ValidationConfig(model, loaded.family, batch, mode, precision,
                            seq=seq, image_size=image_size)
     step, _ = make_step(loaded, cfg, device)
+    kernels, ops = _profile(step, by_op)
+    return {"schema": "gpuest.kernel-profile/1", "model": model, "batch": batch, "mode": mode,
+            "precision": precision, "seq": seq, "image_size": image_size, "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "kernel_sum_ms": round(sum(k["us_per_iter"] for k in kernels) / 1e3, 4), "kernels": kernels,
+            **({"ops": ops} if by_op else {})}
+
+
+def _profile(step: Callable[[], Any], by_op: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(kernels, ops) of `step` per call: each kernel's device time (us) and launches, and with by_op the
+    device time per ATen op and input shapes, averaged over PROFILE_ITERS calls after WARMUP_ITERS."""
     for _ in range(WARMUP_ITERS):
         step()
     torch.cuda.synchronize()
@@ -63,9 +77,26 @@ def profile_step(model: str, *, batch: int, precision: str, mode: str = "trainin
                             "us_per_iter": round(avg.self_device_time_total / PROFILE_ITERS, 3),
                             "calls_per_iter": avg.count / PROFILE_ITERS})
         ops.sort(key=lambda o: -o["us_per_iter"])
-    return {"schema": "gpuest.kernel-profile/1", "model": model, "batch": batch, "mode": mode,
-            "precision": precision, "seq": seq, "image_size": image_size, "gpu": torch.cuda.get_device_name(),
-            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+    return kernels, ops
+
+
+def profile_benchmark(name: str, *, by_op: bool = False) -> dict[str, Any]:
+    """One record for a calibration-suite benchmark (calibration.suite): the kernels one call of it runs
+    on the current CUDA device, e.g. how many launches a cuDNN RNN makes per time step."""
+    from .runner import tf32_flags
+    from .suite import all_benchmarks
+
+    found = {b.name: b for b in all_benchmarks()}
+    if name not in found:
+        close = difflib.get_close_matches(name, list(found), n=3)
+        raise SystemExit(f"no suite benchmark {name!r}" + (f"; did you mean {', '.join(close)}?" if close else ""))
+    b = found[name]
+    with tf32_flags(b.matmul_tf32, b.cudnn_tf32):
+        built = b.build(torch.device("cuda"), 0)
+        inputs = built.make_set(0)
+        kernels, ops = _profile(lambda: built.fn(*inputs), by_op)
+    return {"schema": "gpuest.kernel-profile/1", "benchmark": name, "category": b.category, "params": b.params,
+            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "kernel_sum_ms": round(sum(k["us_per_iter"] for k in kernels) / 1e3, 4), "kernels": kernels,
             **({"ops": ops} if by_op else {})}
@@ -73,8 +104,9 @@ def profile_step(model: str, *, batch: int, precision: str, mode: str = "trainin
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m calibration.kernel_profile", description=__doc__.splitlines()[0])
-    p.add_argument("model")
-    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("model", nargs="?", help="a model spec (as for gpuest estimate); or use --benchmark")
+    p.add_argument("--benchmark", help="comma-separated calibration-suite benchmark names, instead of a model")
+    p.add_argument("--batch", type=int)
     p.add_argument("--precision", default="fp32")
     p.add_argument("--mode", default="training", choices=["training", "inference"])
     p.add_argument("--seq", type=int)
@@ -86,15 +118,24 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("kernel_profile needs a CUDA GPU", file=sys.stderr)
         return 2
-    record = profile_step(args.model, batch=args.batch, precision=args.precision, mode=args.mode, seq=args.seq,
-                          image_size=args.image_size, by_op=args.by_op)
-    record["command"] = " ".join(["python3 -m calibration.kernel_profile", *(argv or sys.argv[1:])])
-    with args.out.open("a") as f:
-        f.write(json.dumps(record) + "\n")
-    print(f"{args.model} b{args.batch} {args.precision} {args.mode}: {len(record['kernels'])} kernels, "
-          f"{record['kernel_sum_ms']:.2f} ms/iter")
-    for k in record["kernels"][:8]:
-        print(f"  {k['us_per_iter']:10.1f} us {k['calls_per_iter']:6.1f}x  {k['name'][:110]}")
+    if (args.model is None) == (args.benchmark is None):
+        p.error("give a model or --benchmark NAMES, not both")
+    if args.model is not None and args.batch is None:
+        p.error("a model needs --batch")
+    command = " ".join(["python3 -m calibration.kernel_profile", *(argv or sys.argv[1:])])
+    if args.benchmark:
+        records = [profile_benchmark(n.strip(), by_op=args.by_op) for n in args.benchmark.split(",") if n.strip()]
+    else:
+        records = [profile_step(args.model, batch=args.batch, precision=args.precision, mode=args.mode,
+                                seq=args.seq, image_size=args.image_size, by_op=args.by_op)]
+    for record in records:
+        record["command"] = command
+        with args.out.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        what = record.get("benchmark") or f"{args.model} b{args.batch} {args.precision} {args.mode}"
+        print(f"{what}: {len(record['kernels'])} kernels, {record['kernel_sum_ms']:.3f} ms/iter")
+        for k in record["kernels"][:8]:
+            print(f"  {k['us_per_iter']:10.1f} us {k['calls_per_iter']:6.1f}x  {k['name'][:110]}")
     return 0
 
 

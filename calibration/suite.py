@@ -72,8 +72,9 @@ class Benchmark:
     matmul_tf32: bool = False  # torch.set_float32_matmul_precision("high") when True, "highest" otherwise
     cudnn_tf32: bool = True  # torch.backends.cudnn.allow_tf32 (torch's default: True)
     trace_cost_s: float = 0.01  # CPU seconds to trace it (optimizers with many tensors, GRUs take longer)
-    # The op launches its kernels from a host loop (cuDNN RNNs: a few per time step), so its elapsed
-    # time includes GPU idle gaps: the runner also records its device-busy time.
+    # The op launches its kernels from a host loop (cuDNN RNNs: a few per time step; a foreach optimizer
+    # step groups its tensors in Python, ~10 us each, so 1000 small tensors take the host longer than the
+    # GPU), so its elapsed time includes GPU idle gaps: the runner also records its device-busy time.
     host_paced: bool = False
 
 
@@ -1027,7 +1028,7 @@ def _optimizer(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"optim_{opt_name}_foreach_{count}x{size}", "optimizer",
                                  {"op": opt_name, "foreach": True, "dtype": "fp32", "tensors": count, "numel": size},
                                  build, est_ms=_est(0, nb) + 0.01 * count * 8 / 30,
-                                 trace_cost_s=0.05 + count * 0.006))
+                                 trace_cost_s=0.05 + count * 0.006, host_paced=True))
 
 
 # ---------------------------------------------------------------- latency and host-dispatch probes

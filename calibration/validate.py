@@ -153,12 +153,18 @@ def _version(module: str) -> str | None:
 
 
 def _git_commit() -> str | None:
+    """HEAD's hash, with "+dirty" when tracked files differ from it (a device machine runs the
+    working tree shipped over the last landed commit, so HEAD alone can name older code)."""
+    where = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip() or None if out.returncode == 0 else None
-    except Exception:  # noqa: BLE001
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=where)
+        if head.returncode != 0 or not head.stdout.strip():
+            return None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                text=True, timeout=10, cwd=where)
+    except (OSError, subprocess.SubprocessError):
         return None
+    return head.stdout.strip() + ("+dirty" if status.returncode == 0 and status.stdout.strip() else "")
 
 
 def collect_provenance(ctx: RunContext) -> dict[str, Any]:

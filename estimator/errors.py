@@ -35,3 +35,8 @@ class PowerLimitOutOfRangeError(GpuestError, ValueError):
 
 class CatalogError(GpuestError, ValueError):
     """A GPU catalogue JSON file is unreadable, or has a missing or badly typed field."""
+
+
+class MeasuredDataError(ProfileError):
+    """A measurement file (calibration or validation JSONL) is unreadable or has a corrupt line; a
+    ProfileError too, as fitting a profile is what such files feed."""

@@ -319,7 +319,7 @@ def test_redo_moves_a_category_aside_and_measures_it_again(tmp_path: Path) -> No
         supersede(tmp_path / "missing.jsonl", ["copy"])
 
 
-def test_rnn_benchmarks_are_host_paced() -> None:
-    rnn = [b for b in all_benchmarks(["rnn"]) if b.kind == "device"]
-    assert rnn and all(b.host_paced for b in rnn)
+def test_rnn_and_optimizer_benchmarks_are_host_paced() -> None:
+    paced = [b for b in all_benchmarks(["rnn", "optimizer"]) if b.kind == "device"]
+    assert paced and all(b.host_paced for b in paced)
     assert not any(b.host_paced for b in all_benchmarks(["copy", "matmul"]))

@@ -95,10 +95,16 @@ def test_corrupt_profiles_are_rejected(tmp_path):
         profile_from_json(no_gpu)
 
 
-def test_truncated_raw_file_names_the_line(tmp_path):
+def test_raw_file_skips_a_torn_last_line_and_names_a_corrupt_one(tmp_path):
     raw = tmp_path / "raw.jsonl"
     raw.write_text('{"name": "a", "nodes": []}\n{"name": "b", "no')
-    with pytest.raises(ProfileError, match=":2:.*resume"):
+    with pytest.warns(RuntimeWarning, match=r"raw.jsonl:2: skipped a torn last line.*resume"):
+        assert [r["name"] for r in load_raw(raw).rows] == ["a"]
+    raw.write_text('{"name": "a", "nodes": []}\n{"name": "b", "no\n{"name": "c", "nodes": []}\n')
+    with pytest.raises(ProfileError, match=r"raw.jsonl:2 is not a JSON row.*corrupt"):
+        load_raw(raw)
+    raw.write_text('{"name": "a", "nodes": []}\n[1, 2]\n{"name": "c", "nodes": []}\n')
+    with pytest.raises(ProfileError, match=r"raw.jsonl:2 is list, not a JSON object"):
         load_raw(raw)
 
 
@@ -282,11 +288,28 @@ def test_fit_measures_the_gpu_idle_of_host_synchronisations():
 
 def test_validation_files_skip_a_torn_last_line_and_name_a_corrupt_one(tmp_path):
     from calibration.fit import load_validation
-    good = json.dumps({"model": "resnet18", "status": "ok"})
+    good = json.dumps({"model": "resnet18", "batch": 1, "image_size": 224, "mode": "inference", "precision": "fp32",
+                       "status": "ok"})
     torn = tmp_path / "torn.jsonl"
     torn.write_text(good + "\n" + good[:10])
-    assert load_validation(torn) == [json.loads(good)]
+    with pytest.warns(RuntimeWarning, match="torn last line"):
+        assert [r["model"] for r in load_validation(torn)] == ["resnet18"]
     corrupt = tmp_path / "corrupt.jsonl"
     corrupt.write_text(good + "\n{oops\n" + good + "\n")
     with pytest.raises(ProfileError, match=r"corrupt.jsonl:2 is not a JSON row"):
         load_validation(corrupt)
+
+
+def test_a_re_measured_validation_config_replaces_the_earlier_row(tmp_path):
+    """The fit reads validation files as the accuracy report does: the last row of a config and GPU wins."""
+    from calibration.fit import load_validation
+    row = {"model": "resnet18", "batch": 1, "image_size": 224, "mode": "training", "precision": "fp32",
+           "gpu": "NVIDIA H100 80GB HBM3", "status": "ok"}
+    first, again = tmp_path / "full.jsonl", tmp_path / "recheck.jsonl"
+    first.write_text(json.dumps({**row, "device_busy_s": 3e-3}) + "\n"
+                     + json.dumps({**row, "mode": "inference", "device_busy_s": 1e-3}) + "\n")
+    again.write_text(json.dumps({**row, "device_busy_s": 2e-3}) + "\n"
+                     + json.dumps({**row, "gpu": "NVIDIA H200", "device_busy_s": 4e-3}) + "\n")
+    rows = load_validation(first, again)
+    assert [(r["mode"], r["gpu"][-4:], r["device_busy_s"]) for r in rows] == [
+        ("training", "HBM3", 2e-3), ("inference", "HBM3", 1e-3), ("training", "H200", 4e-3)]

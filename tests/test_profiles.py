@@ -40,7 +40,7 @@ def test_refit_reproduces_committed_profile(gpu):
     assert words[:2] == ["gpuest", "fit"] and words[3:5] == ["-o", out] and words[5] == "--validation", command
     raw_path, val_paths = words[2], words[6:]
     assert raw_path == f"data/calibration/{gpu}.jsonl" and f"data/validation/{gpu}-full.jsonl" in val_paths
-    validation = [row for path in val_paths for row in load_validation(ROOT / path)]
+    validation = load_validation(*(ROOT / path for path in val_paths))
     refit = fit_profile(load_raw(ROOT / raw_path), validation=validation, command=command)
     _close(json.loads(json.dumps(refit.to_json())), committed)
 

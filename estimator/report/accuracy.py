@@ -28,6 +28,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from ..jsonl import read_jsonl
+
 PREDICTORS = ("calibrated", "cross_gpu", "roofline", "prior")
 # quantity -> (measured field, Estimate attribute, label)
 QUANTITIES = {
@@ -61,26 +63,25 @@ SPLITS = ("mode", "precision", "family", "gpu", "heldout_label")
 
 # ================================================================== loading
 
+def latest_per_config(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (config, GPU): the last of each, so a re-measurement replaces the row it repeats.
+    Each row gets its config `key` filled in."""
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        row["key"] = row.get("key") or _key(row)
+        last[(row["key"], str(row.get("gpu")))] = row
+    return list(last.values())
+
+
 def load_results(result_files: Iterable[Path]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(usable rows, skipped rows with a reason). The last row of a (config, GPU) wins."""
-    last: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in result_files:
-        path = Path(path)
-        with path.open() as f:
-            for n, line in enumerate(f, 1):
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # torn last line of an interrupted run
-                row["_source"] = str(path)
-                key = row.get("key") or _key(row)
-                row["key"] = key
-                last[(key, str(row.get("gpu")))] = row
+    def tagged(path: Path) -> Iterable[dict[str, Any]]:
+        for row in read_jsonl(path):
+            row["_source"] = str(path)
+            yield row
+    latest = latest_per_config(row for path in result_files for row in tagged(Path(path)))
     rows, skipped = [], []
-    for row in last.values():
+    for row in latest:
         reason = None
         if row.get("status") != "ok":
             reason = f"measurement failed: {row.get('error') or row.get('status')}"
