@@ -122,23 +122,38 @@ def kernel_latency_s(rows: list[dict[str, Any]]) -> float:
 SYNC_ROOF_SHARE = 0.2           # benchmarks whose roofline is below this share of their time give the sync cost
 
 
-def host_sync_s(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float, fallback: float | None) -> float | None:
-    """GPU idle per host synchronisation inside an op (s): the median, over the benchmarks that
-    synchronise and whose time is mostly fixed cost, of their time beyond kernel latency and roofline
-    per synchronisation; `fallback` where no benchmark qualifies."""
+def _cost_per_event(rows: list[dict[str, Any]], gpu: GPUSpec, field: str, fixed_s: Any,
+                    fallback: float | None) -> float | None:
+    """Fixed device time per counted event of node field `field` (s): the median, over the fitting
+    (not held-out) benchmarks that have such events and whose time is mostly fixed cost, of their time
+    beyond `fixed_s(table)` and the roofline per event; `fallback` where no benchmark qualifies."""
     plain = roofline_profile()
-    per_sync = []
+    per_event = []
     for r in rows:
         nodes = _device_nodes(r)
-        syncs = sum(n.get("host_syncs", 0) for n in nodes)
-        if not syncs or r.get("kind") in ("latency", "host_dispatch"):
+        events = sum(n.get(field, 0) for n in nodes)
+        if not events or r.get("holdout") or r.get("kind") in ("latency", "host_dispatch"):
             continue
         table = NodeTable.from_records(nodes)
         roof = float(device_times(table, gpu, _row_clock(r, gpu), plain)[0].roofline_s.sum())
         measured = measured_device_s(r)
         if roof <= SYNC_ROOF_SHARE * measured:
-            per_sync.append((measured - float(table.kernels.sum()) * latency_s - roof) / syncs)
-    return float(max(np.median(per_sync), 0.0)) if per_sync else fallback
+            per_event.append((measured - fixed_s(table) - roof) / events)
+    return float(max(np.median(per_event), 0.0)) if per_event else fallback
+
+
+def host_sync_s(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float, fallback: float | None) -> float | None:
+    """GPU idle per host synchronisation inside an op (s), beyond kernel latency and roofline."""
+    return _cost_per_event(rows, gpu, "host_syncs", lambda t: float(t.kernels.sum()) * latency_s, fallback)
+
+
+def grid_sync_s(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float, sync_s: float,
+                fallback: float | None) -> float | None:
+    """Device time per grid-wide barrier inside a kernel (s; a step of a persistent recurrent kernel),
+    beyond kernel latency, host synchronisations and roofline."""
+    return _cost_per_event(rows, gpu, "grid_syncs",
+                           lambda t: float(t.kernels.sum()) * latency_s + float(t.host_syncs.sum()) * sync_s,
+                           fallback)
 
 
 def host_costs(rows: list[dict[str, Any]], fallback: dict[str, float]) -> dict[str, float]:
@@ -207,7 +222,8 @@ def host_limited(row: dict[str, Any], host_op_s: dict[str, float]) -> bool:
 
 
 def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
-                 host_op_s: dict[str, float] | None = None, sync_s: float = 0.0) -> list[RowFeatures]:
+                 host_op_s: dict[str, float] | None = None, sync_s: float = 0.0,
+                 grid_s: float = 0.0) -> list[RowFeatures]:
     """One regression sample per device-bound benchmark: roofline-time-weighted features of its nodes."""
     plain = roofline_profile()
     out = []
@@ -224,7 +240,8 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
         if total_roof <= 0:
             continue
         measured = measured_device_s(r)
-        fixed = float(table.kernels.sum()) * latency_s + float(table.host_syncs.sum()) * sync_s
+        fixed = (float(table.kernels.sum()) * latency_s + float(table.host_syncs.sum()) * sync_s
+                 + float(table.grid_syncs.sum()) * grid_s)
         after_latency = max(measured - fixed, MIN_RESIDUAL_SHARE * measured)
         cats = table.category
         dominant = max(set(cats.tolist()), key=lambda c: roof[cats == c].sum())
@@ -534,6 +551,7 @@ class CalibrationSamples:
     latency_s: float
     sync_s: float | None
     samples: list[RowFeatures]
+    grid_sync_s: float | None = None
 
 
 def calibration_samples(raw: RawData, retrace: bool = True) -> CalibrationSamples:
@@ -558,8 +576,9 @@ def calibration_samples(raw: RawData, retrace: bool = True) -> CalibrationSample
     queued = any(r.get("timing_method") == "events_queued" for r in rows if r.get("kind") == "latency")
     latency = kernel_latency_s(rows) if queued else min(kernel_latency_s(rows), prior.kernel_latency_s)
     sync = host_sync_s(rows, gpu, latency, prior.host_sync_s)
+    grid = grid_sync_s(rows, gpu, latency, sync or 0.0, prior.grid_sync_s)
     return CalibrationSamples(gpu, rows, retrace, retraced, host, latency, sync,
-                              row_features(rows, gpu, latency, host, sync or 0.0))
+                              row_features(rows, gpu, latency, host, sync or 0.0, grid or 0.0), grid)
 
 
 def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, Any]] | None = None,
@@ -585,7 +604,7 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
                       host_op_s=host, host_backward_factor=prior.host_backward_factor,
                       host_only_op_s=prior.host_only_op_s, residual_features=RESIDUAL_FEATURES,
                       residuals=residuals, power=power or prior.power, provenance=provenance,
-                      residual_points=points, host_sync_s=cal.sync_s)
+                      residual_points=points, host_sync_s=cal.sync_s, grid_sync_s=cal.grid_sync_s)
     errs = holdout_errors(profile, samples, gpu)
     with_holdout = {}
     for cat, fit in residuals.items():

@@ -23,7 +23,8 @@ PROFILE_DIR = Path(__file__).parent / "profiles"
 RESIDUAL_FEATURES = ("const", "ridge_pos", "ridge_neg", "log_roof_us", "log_wave_eff", "misaligned",
                      "lowp", "tf32", "log_overhead", "log_narrow", "log_row_len", "log_row_fill", "permuted",
                      "log_work_kept", "log_window", "nhwc_lowp", "nhwc_fp32", "log_head_dim", "log_row_overhead",
-                     "mixed_dtypes", "broadcast", "odd_rows", "write_share", "relayout", "log_row_segment", "log_broadcast_run")
+                     "mixed_dtypes", "broadcast", "odd_rows", "write_share", "relayout", "log_row_segment", "log_broadcast_run",
+                     "permuted_lowp")
 # Residual fits are keyed by ATen op or category, optionally narrowed to one math mode: "op@mode".
 MODE_KEY_SEP = "@"
 # Math modes that share one fit: fp16 and bf16 run the same tensor-core kernels at the same peak (the
@@ -113,6 +114,9 @@ class Profile:
     # GPU idle per host synchronisation inside an op (s): the round trip of the value to the host and
     # the host's launch of what follows. None: the prior's.
     host_sync_s: float | None = None
+    # Device time per grid-wide barrier inside a kernel (s): one step of a persistent recurrent kernel.
+    # None: the prior's.
+    grid_sync_s: float | None = None
     path: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -192,6 +196,7 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
         residual_features=features, residuals=residuals, power=power,
         provenance=data.get("provenance", {}), residual_points=points,
         host_sync_s=float(_need(data, "host_sync_s", num, where)) if data.get("host_sync_s") is not None else None,
+        grid_sync_s=float(_need(data, "grid_sync_s", num, where)) if data.get("grid_sync_s") is not None else None,
     )
 
 

@@ -286,6 +286,28 @@ def test_fit_measures_the_gpu_idle_of_host_synchronisations():
     assert fit_profile(synthetic_rows()).host_sync_s == prior_profile().host_sync_s
 
 
+def test_fit_measures_the_cost_of_a_persistent_rnn_step():
+    """Narrow LSTMs run their steps inside one kernel: synthetic rows with a planted cost per step
+    (grid barrier) give it back; the held-out rows do not enter the estimate."""
+    step_s = 1.5e-6
+    raw = synthetic_rows()
+    gpu = get_gpu("H100")
+    for i, (seq, batch) in enumerate([(64, 1), (128, 8), (256, 4), (100, 16), (50, 2)]):
+        g = estimator.trace(torch.nn.LSTM(32, 64, device="meta"), (torch.empty(seq, batch, 32, device="meta"),))
+        nodes = [d for _, d in g.nodes(data=True) if d.get("category") == "rnn"]
+        assert nodes[0]["grid_syncs"] == seq
+        roof = sum(n["bytes_read"] + n["bytes_written"] for n in nodes) / gpu.memory_bandwidth_bytes_per_s
+        planted = step_s if i < 4 else 10 * step_s   # the last is held out and far off
+        t = sum(n["kernels"] for n in nodes) * LATENCY_S + seq * planted + roof
+        raw.rows.append({"name": f"lstm{i}", "category": "rnn", "holdout": i == 4, "nodes": nodes,
+                         "kind": "device", "timing_method": "events_queued", "time_ms_median": t * 1e3,
+                         "busy_ms": t * 1e3, "error": None, "dry_run": False})
+    prof = fit_profile(raw, retrace=False)
+    assert prof.grid_sync_s == pytest.approx(step_s, rel=0.15)
+    assert load_profile(prof.save(Path(tempfile.mkdtemp()) / "p.json")).grid_sync_s == prof.grid_sync_s
+    assert fit_profile(synthetic_rows()).grid_sync_s == prior_profile().grid_sync_s
+
+
 def test_validation_files_skip_a_torn_last_line_and_name_a_corrupt_one(tmp_path):
     from calibration.fit import load_validation
     good = json.dumps({"model": "resnet18", "batch": 1, "image_size": 224, "mode": "inference", "precision": "fp32",

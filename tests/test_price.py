@@ -515,17 +515,37 @@ def test_odd_row_lengths_are_flagged_for_row_kernels():
 
 
 def test_lstm_steps_run_one_after_another():
-    T, B, H, I = 32, 8, 128, 64
+    T, B, H, I = 32, 8, 256, 64
     g = estimator.trace(torch.nn.LSTM(I, H, device="meta"), (torch.empty(T, B, I, device="meta"),), mode="training")
     rnn = {d["op"]: d for _, d in g.nodes(data=True) if d.get("category") == "rnn"}
     fwd, bwd = rnn["aten._cudnn_rnn.default"], rnn["aten._cudnn_rnn_backward.default"]
     # a recurrent GEMM and a gate kernel per step, plus the input GEMM over all steps (cuDNN)
     assert fwd["kernels"] == 2 * T + 1 and bwd["kernels"] == 2 * T + 2
+    assert fwd["grid_syncs"] == bwd["grid_syncs"] == 0
     # one step's GEMM fills the GPU, not all steps' at once
     assert fwd["gemm_batch"] == 1 and fwd["gemm_m"] == B and fwd["gemm_n"] == 4 * H
     w_hh = 4 * H * H * 4
     for node in (fwd, bwd):  # one library call: the recurrent weights come from DRAM once, then stay on chip
         assert w_hh <= node["bytes_read"] < (T - 1) * w_hh
+
+
+@pytest.mark.parametrize("cell", [torch.nn.LSTM, torch.nn.GRU])
+def test_a_narrow_rnn_runs_its_steps_inside_one_persistent_kernel(cell):
+    """cuDNN runs hidden sizes up to 128 as one persistent kernel per layer and direction whose blocks
+    meet once per step: a few launches whatever the length, and a grid barrier per step that the
+    profile prices at grid_sync_s each."""
+    T, B, H, I, layers = 40, 4, 128, 32, 2
+    g = estimator.trace(cell(I, H, layers, bidirectional=True, device="meta"),
+                        (torch.empty(T, B, I, device="meta"),), mode="training")
+    rnn = {d["op"]: d for _, d in g.nodes(data=True) if d.get("category") == "rnn"}
+    fwd, bwd = rnn["aten._cudnn_rnn.default"], rnn["aten._cudnn_rnn_backward.default"]
+    chains = layers * 2
+    assert fwd["grid_syncs"] == bwd["grid_syncs"] == chains * T
+    assert fwd["kernels"] < chains * T and bwd["kernels"] < chains * T   # not a launch per step
+    prof = prior_profile()
+    table = NodeTable.from_records([fwd, {**fwd, "grid_syncs": 0}])
+    times, _ = device_times(table, get_gpu("H100"), 1980.0, prof)
+    assert times.latency_s[0] - times.latency_s[1] == pytest.approx(chains * T * prof.grid_sync_s)
 
 
 def test_local_correction_is_a_shrunk_kernel_mean_of_the_nearest_residuals():

@@ -251,11 +251,28 @@ def _transformer_layer_fast(call: OpCall) -> Cost:
 RNN_GATES = {0: 1, 1: 1, 2: 4, 3: 3}  # mkldnn/cudnn mode: RNN_RELU, RNN_TANH, LSTM, GRU
 
 
-def cudnn_rnn_kernels(steps: int, backward: bool = False) -> int:
+# cuDNN (9.x, fp32, Hopper) runs the recurrence of a layer this narrow as one persistent kernel per
+# layer and direction (RNN_blockPersist_fp_* / _bp_*), whose blocks meet at a grid-wide barrier each
+# step, instead of a GEMM and a cell kernel per step: hidden 64 and 128 ran persistent, 256 and wider
+# did not (data/kernels/H100-SXM-benchmarks.jsonl).
+PERSISTENT_RNN_MAX_HIDDEN = 128
+
+
+def cudnn_rnn_kernels(steps: int, backward: bool = False, hidden: int | None = None) -> int:
     """CUDA kernels of one layer and direction of a cuDNN recurrent layer over `steps` time steps: a
     recurrent GEMM and a pointwise cell kernel per step, plus the input projection GEMM (in backward
-    also the weight-gradient GEMM) over all steps (data/kernels/)."""
+    also the weight-gradient GEMM) over all steps; for a persistent layer (hidden size known and at most
+    PERSISTENT_RNN_MAX_HIDDEN) the input GEMM, the persistent kernel and a bias kernel (in backward the
+    persistent kernel, two pointwise kernels and three GEMMs), whatever the steps (data/kernels/)."""
+    if hidden is not None and hidden <= PERSISTENT_RNN_MAX_HIDDEN:
+        return 6 if backward else 3
     return 2 * steps + (2 if backward else 1)
+
+
+def cudnn_rnn_grid_syncs(steps: int, hidden: int) -> int:
+    """Grid-wide barriers of one layer and direction of a cuDNN recurrent layer: one per step when
+    it runs persistent (PERSISTENT_RNN_MAX_HIDDEN), none otherwise."""
+    return steps if hidden <= PERSISTENT_RNN_MAX_HIDDEN else 0
 
 
 @register_cost(*iter_ops(["mkldnn_rnn_layer"]))
@@ -273,8 +290,9 @@ def _rnn_layer(call: OpCall) -> Cost:
     # data/kernels/): one step's GEMM is all the GPU has to fill its SMs with, hence gemm batch 1, and
     # each step reads the recurrent weights again.
     cost = _with_gemm(call, "rnn", flops, (batch, gates * hidden, in_size + hidden), 1,
-                      kernels=cudnn_rnn_kernels(steps))
-    return replace(cost, bytes_read=cost.bytes_read + _recurrent_rereads(call.args[2], steps))
+                      kernels=cudnn_rnn_kernels(steps, hidden=hidden))
+    return replace(cost, bytes_read=cost.bytes_read + _recurrent_rereads(call.args[2], steps),
+                   grid_syncs=cudnn_rnn_grid_syncs(steps, hidden))
 
 
 def _recurrent_rereads(w_hh: Any, steps: int) -> float:

@@ -63,6 +63,8 @@ class Cost:
     host_syncs: times the op copies a value from the GPU to the host and waits for it (an output size
         that depends on the data, `.item()`): the host cannot run ahead of the GPU past such an op, and
         the kernels it launches after each wait start on an idle GPU.
+    grid_syncs: grid-wide barriers inside the op's kernels, where every block waits for the others (a
+        persistent recurrent kernel meets once per time step): serial steps a roofline does not see.
     """
 
     flops: float
@@ -86,6 +88,7 @@ class Cost:
     broadcast: bool = False
     broadcast_run: int = 0
     host_syncs: int = 0
+    grid_syncs: int = 0
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:

@@ -15,7 +15,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.module_tracker import ModuleTracker
 
-from ..annotate.formulas import cudnn_rnn_kernels  # importing formulas registers the cost formulas
+from ..annotate.formulas import cudnn_rnn_grid_syncs, cudnn_rnn_kernels  # importing formulas registers the cost formulas
 from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
 from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, is_channels_last, storage_key,
                                  tensor_bytes, tensors, unique_bytes)
@@ -105,14 +105,30 @@ class OpRecorder(TorchDispatchMode):
             return rnn
         return (cost.kernels if TENSOR_CORE_CATEGORIES & {category, cost.category} else 0) + 1
 
-    def _rnn_kernels(self) -> int | None:
-        """cuDNN's kernels for the recurrent module of the current fused node, if its steps are known."""
+    def _rnn_module(self) -> tuple[torch.nn.RNNBase, int] | None:
+        """The recurrent module of the current fused node and its time steps, if known."""
         mod = self.modules_by_name.get(self._fused_scope)
         steps = self._rnn_steps.get(id(mod))
         if not isinstance(mod, torch.nn.RNNBase) or steps is None:
             return None
-        per_layer = cudnn_rnn_kernels(steps, backward=self.phase == "backward")
+        return mod, steps
+
+    def _rnn_kernels(self) -> int | None:
+        """cuDNN's kernels for the recurrent module of the current fused node, if its steps are known."""
+        found = self._rnn_module()
+        if found is None:
+            return None
+        mod, steps = found
+        per_layer = cudnn_rnn_kernels(steps, backward=self.phase == "backward", hidden=mod.hidden_size)
         return mod.num_layers * (2 if mod.bidirectional else 1) * per_layer
+
+    def _fused_grid_syncs(self) -> int:
+        """Grid-wide step barriers of the current fused node: a persistent cuDNN recurrence's, else none."""
+        found = self._rnn_module()
+        if found is None:
+            return 0
+        mod, steps = found
+        return mod.num_layers * (2 if mod.bidirectional else 1) * cudnn_rnn_grid_syncs(steps, mod.hidden_size)
 
     # ------------------------------------------------------------------ helpers
     def current_module(self) -> str:
@@ -191,6 +207,7 @@ class OpRecorder(TorchDispatchMode):
             "broadcast": bool(cost.broadcast),
             "broadcast_run": int(cost.broadcast_run),
             "host_syncs": int(cost.host_syncs),
+            "grid_syncs": int(cost.grid_syncs) if not fused else self._fused_grid_syncs(),
             "kernels": cost.kernels if not fused else self._fused_kernels(cost, category),
             "supported": bool(cost.supported),
             "free": cost.category == "view",

@@ -1,6 +1,6 @@
 """Per-node device time: PALEO-style roofline at an SM clock, corrected by the fitted residual.
 
-t_node = kernels * kernel_latency + host_syncs * host_sync + max(flops / peak(mode, clock), bytes / bandwidth)
+t_node = kernels * kernel_latency + host_syncs * host_sync + grid_syncs * grid_sync + max(flops / peak(mode, clock), bytes / bandwidth)
          * exp(x . beta)
 where x are the node's residual features (those the profile names) and beta the profile's most specific
 fit for the node: its ATen op in its math mode, the op, its category in its math mode, the category,
@@ -190,6 +190,10 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     f["log_row_segment"] = np.where(segmented, np.clip(np.log2(np.maximum(table.row_segment, 1.0) / ROW_SEGMENT_REF),
                                                        -4.0, 0.0), 0.0)
     f["permuted"] = table.permuted & ~table.tensor_core
+    # A permuted copy cannot vectorise: each lane moves one element, so 16-bit elements take nearly the
+    # time of 32-bit ones (one direct_copy_kernel either way; a 4096x4096 transpose took 123 us in bf16,
+    # 138 us in fp32, data/kernels/H100-SXM-benchmarks.jsonl): its bytes understate a 16-bit one's time.
+    f["permuted_lowp"] = f["permuted"] & lowp_data
     # How much of the counted work a causal kernel is priced to skip: per skipped FLOP a kernel saves less
     # than a FLOP's time (diagonal tiles are computed whole, each query tile pays a fixed epilogue).
     kept = np.divide(work_flops, table.flops, out=np.ones(n), where=table.flops > 0)
@@ -302,7 +306,9 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     active = ~(table.free | table.host_only)
     lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
     sync_s = profile.host_sync_s if profile.host_sync_s is not None else prior_profile().host_sync_s
-    latency = np.where(active, table.kernels * lat_per_kernel + table.host_syncs * (sync_s or 0.0), 0.0)
+    grid_s = profile.grid_sync_s if profile.grid_sync_s is not None else prior_profile().grid_sync_s
+    latency = np.where(active, table.kernels * lat_per_kernel + table.host_syncs * (sync_s or 0.0)
+                       + table.grid_syncs * (grid_s or 0.0), 0.0)
     corrected = np.where(active, roof * np.exp(log_eff), 0.0)
     device = latency + corrected
     bound = np.where(~active, "none", np.where(latency > corrected, "latency",

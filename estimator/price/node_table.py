@@ -43,6 +43,7 @@ class NodeTable:
     broadcast: np.ndarray     # bool: a streaming op reading a smaller tensor expanded to the output
     broadcast_run: np.ndarray # output elements over which the expanded tensor keeps one value; 0 if none
     host_syncs: np.ndarray    # times the op waits on the host for a value from the GPU
+    grid_syncs: np.ndarray    # grid-wide barriers inside its kernels (a persistent RNN's steps)
     free: np.ndarray          # bool: metadata-only, no kernel, no host dispatch worth pricing
     host_only: np.ndarray     # bool: runs on the CPU only
     supported: np.ndarray     # bool
@@ -86,6 +87,7 @@ class NodeTable:
             broadcast=np.asarray(col("broadcast", False), dtype=bool),
             broadcast_run=np.asarray(col("broadcast_run", 0), dtype=float),
             host_syncs=np.asarray(col("host_syncs", 0), dtype=float),
+            grid_syncs=np.asarray(col("grid_syncs", 0), dtype=float),
             free=np.asarray(col("free", False), dtype=bool),
             host_only=np.asarray(col("host_only", False), dtype=bool),
             supported=np.asarray(col("supported", True), dtype=bool),
