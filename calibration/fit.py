@@ -503,7 +503,10 @@ def fit_host_and_gap(profile: Profile, validation: list[dict[str, Any]], gpu: GP
     scale_fwd, scale_bwd, scale_opt, module_call_s, host_only_s, autocast_s = (float(c) for c in coef)
     host = {k: v * scale_fwd for k, v in profile.host_op_s.items()
             if k not in ("module_call", "graph_launch", "autocast")}
+    # The optimizer's costs, its per-launch one included, enter the fit through the optimizer term only.
     host["optimizer"] = profile.host_op_s.get("optimizer", profile.host_op_s["default"]) * scale_opt
+    if "launch_optimizer" in profile.host_op_s:
+        host["launch_optimizer"] = profile.host_op_s["launch_optimizer"] * scale_opt
     host["module_call"] = module_call_s
     host["autocast"] = autocast_s
     host["graph_launch"] = profile.host_op_s["default"]

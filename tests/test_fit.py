@@ -3,6 +3,7 @@ generated here from the roofline with chosen factors, not measured)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import math
 import tempfile
 from pathlib import Path
@@ -335,3 +336,24 @@ def test_a_re_measured_validation_config_replaces_the_earlier_row(tmp_path):
     rows = load_validation(first, again)
     assert [(r["mode"], r["gpu"][-4:], r["device_busy_s"]) for r in rows] == [
         ("training", "HBM3", 2e-3), ("inference", "HBM3", 1e-3), ("training", "H200", 4e-3)]
+
+
+def test_host_fit_scales_the_optimizers_launch_cost_with_the_optimizer_phase(monkeypatch):
+    """The optimizer term of the host fit holds the optimizer's per-op and per-launch costs together,
+    so the fitted profile must scale both by that term's coefficient (not the forward one)."""
+    import numpy as np
+    import calibration.fit as F
+    rng = np.random.default_rng(0)
+    terms = {i: rng.uniform(1e-4, 1e-2, len(F.HOST_TERMS)) for i in range(12)}
+    true = np.array([1.5, 0.8, 3.0, 2e-6, 1e-6, 4e-6])
+    monkeypatch.setattr(F, "validation_graph", lambda key: key[1])       # the batch field names the row
+    monkeypatch.setattr(F, "host_terms", lambda g, profile: terms[g])
+    rows = [{"status": "ok", "gpu_canonical": "H100-SXM", "model": "m", "batch": i, "mode": "training",
+             "precision": "fp32", "wall_s": float(terms[i] @ true), "device_busy_s": 0.0} for i in terms]
+    base = replace(prior_profile(), power=None,
+                   host_op_s={**prior_profile().host_op_s, "launch_optimizer": 7e-6, "optimizer": 2e-5})
+    fitted, info = F.fit_host_and_gap(base, rows, get_gpu("H100"))
+    assert info["host_fit_runs"] == len(rows)
+    assert fitted.host_op_s["optimizer"] == pytest.approx(2e-5 * true[2], rel=1e-3)
+    assert fitted.host_op_s["launch_optimizer"] == pytest.approx(7e-6 * true[2], rel=1e-3)
+    assert fitted.host_op_s["conv"] == pytest.approx(base.host_op_s["conv"] * true[0], rel=1e-3)
