@@ -608,11 +608,7 @@ def _reduction(out: list[Benchmark]) -> None:
     # column sums over tokens: the bias gradient of every linear layer in training
     for mode in ("fp32", "bf16"):
         for r, c in [(8192, 768), (16384, 3072), (50176, 96), (4096, 1024)]:
-            def build_col(device: torch.device, seed: int, r=r, c=c, dt=DTYPES[mode]) -> Built:
-                return _simple(lambda x: torch.sum(x, 0), [(_d(r, device), _d(c, device))], [dt])(device, seed)
-            out.append(Benchmark(f"colsum_{mode}_{r}x{c}", "reduction",
-                                 {"op": "sum", "dtype": mode, "rows": r, "cols": c, "dim": 0}, build_col,
-                                 est_ms=_est(r * c, DTYPES[mode].itemsize * r * c)))
+            _colsum(out, mode, r, c)
     # softmax / log_softmax forward and backward (category "reduction" in the estimator)
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
@@ -639,6 +635,17 @@ def _reduction(out: list[Benchmark]) -> None:
     _reduction_more(out)
 
 
+def _colsum(out: list[Benchmark], mode: str, r: int, c: int) -> None:
+    """A sum over the rows of an r x c matrix (dim 0)."""
+    dt = DTYPES[mode]
+
+    def build_col(device: torch.device, seed: int) -> Built:
+        return _simple(lambda x: torch.sum(x, 0), [(_d(r, device), _d(c, device))], [dt])(device, seed)
+    out.append(Benchmark(f"colsum_{mode}_{r}x{c}", "reduction",
+                         {"op": "sum", "dtype": mode, "rows": r, "cols": c, "dim": 0}, build_col,
+                         est_ms=_est(r * c, dt.itemsize * r * c)))
+
+
 def _reduction_more(out: list[Benchmark]) -> None:
     """Session 10: row reductions on bf16 data, column sums of more widths, softmax over attention-score
     rows (eager attention: 1024, 577 and 256 keys)."""
@@ -651,11 +658,7 @@ def _reduction_more(out: list[Benchmark]) -> None:
                                  est_ms=_est(r * c, 2.0 * r * c)))
     for mode in ("fp32", "bf16"):
         for r, c in [(32768, 512), (2048, 4096), (131072, 64)]:
-            def build_col(device: torch.device, seed: int, r=r, c=c, dt=DTYPES[mode]) -> Built:
-                return _simple(lambda x: torch.sum(x, 0), [(_d(r, device), _d(c, device))], [dt])(device, seed)
-            out.append(Benchmark(f"colsum_{mode}_{r}x{c}", "reduction",
-                                 {"op": "sum", "dtype": mode, "rows": r, "cols": c, "dim": 0}, build_col,
-                                 est_ms=_est(r * c, DTYPES[mode].itemsize * r * c)))
+            _colsum(out, mode, r, c)
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
         for r, c in [(4 * 12 * 1024, 1024), (8 * 16 * 577, 577), (32 * 8 * 256, 256)]:
@@ -872,20 +875,44 @@ def _embedding(out: list[Benchmark]) -> None:
                              build_bwd, est_ms=_est(0, nb + vocab * dim * 4.0)))
 
 
+def _cast(out: list[Benchmark], src: str, dst: str, n: int) -> None:
+    """A cast of n contiguous elements from dtype src to dst."""
+    def build(device: torch.device, seed: int) -> Built:
+        return _simple(lambda x: x.to(DTYPES[dst]), [(_d(n, device, 1024),)], [DTYPES[src]])(device, seed)
+    out.append(Benchmark(f"cast_{src}_to_{dst}_n{n}", "copy", {"op": f"to_{dst}", "dtype": src, "numel": n},
+                         build, est_ms=_est(0, 6.0 * n)))
+
+
+def _transpose(out: list[Benchmark], mode: str, r: int, c: int) -> None:
+    """A contiguous copy of the transpose of an r x c matrix."""
+    dt = DTYPES[mode]
+
+    def build(device: torch.device, seed: int) -> Built:
+        return _simple(lambda x: x.t().contiguous(), [(_d(r, device), _d(c, device))], [dt])(device, seed)
+    out.append(Benchmark(f"transpose_contig_{mode}_{r}x{c}", "copy",
+                         {"op": "transpose_contiguous", "dtype": mode, "rows": r, "cols": c}, build,
+                         est_ms=_est(0, 2.0 * dt.itemsize * r * c)))
+
+
+def _heads_transpose(out: list[Benchmark], mode: str, shape: tuple[int, int, int, int]) -> None:
+    """(batch, seq, heads, dim) -> (batch, heads, seq, dim), the copies around eager attention."""
+    b, sq, h, d = shape
+    dt = DTYPES[mode]
+
+    def build(device: torch.device, seed: int) -> Built:
+        return _simple(lambda x: x.transpose(1, 2).contiguous(),
+                       [(_d(b, device, 2), _d(sq, device), _d(h, device, 4), _d(d, device))], [dt])(device, seed)
+    out.append(Benchmark(f"heads_transpose_{mode}_b{b}_s{sq}_h{h}_d{d}", "copy",
+                         {"op": "transpose_contiguous", "dtype": mode, "batch": b, "seq": sq, "heads": h, "dim": d},
+                         build, est_ms=_est(0, 2.0 * dt.itemsize * b * sq * h * d)))
+
+
 def _copy(out: list[Benchmark]) -> None:
     for src, dst, numels in [("fp32", "bf16", _NUMELS), ("bf16", "fp32", _NUMELS), ("fp32", "fp16", _NUMELS[::2])]:
         for n in numels:
-            def build(device: torch.device, seed: int, n=n, src=DTYPES[src], dst=DTYPES[dst]) -> Built:
-                return _simple(lambda x: x.to(dst), [(_d(n, device, 1024),)], [src])(device, seed)
-            out.append(Benchmark(f"cast_{src}_to_{dst}_n{n}", "copy", {"op": f"to_{dst}", "dtype": src, "numel": n},
-                                 build, est_ms=_est(0, 6.0 * n)))
+            _cast(out, src, dst, n)
     for r, c in [(1024, 1024), (4096, 4096), (8192, 8192), (1000, 3001), (64, 65536)]:
-        def build(device: torch.device, seed: int, r=r, c=c) -> Built:
-            return _simple(lambda x: x.t().contiguous(), [(_d(r, device), _d(c, device))], [torch.float32])(
-                device, seed)
-        out.append(Benchmark(f"transpose_contig_fp32_{r}x{c}", "copy",
-                             {"op": "transpose_contiguous", "dtype": "fp32", "rows": r, "cols": c}, build,
-                             est_ms=_est(0, 8.0 * r * c)))
+        _transpose(out, "fp32", r, c)
     for n, c, hw in [(32, 64, 56), (128, 256, 14), (8, 3, 224)]:
         def build(device: torch.device, seed: int, n=n, c=c, hw=hw) -> Built:
             return _simple(lambda x: x.permute(0, 2, 3, 1).contiguous(),
@@ -896,13 +923,8 @@ def _copy(out: list[Benchmark]) -> None:
                              build, est_ms=_est(0, 4.0 * n * c * hw * hw)))
     # attention heads: (batch, seq, heads, dim) <-> (batch, heads, seq, dim) copies around eager attention
     for mode in ("fp32", "bf16"):
-        for b, sq, h, d in [(32, 128, 12, 64), (8, 1024, 16, 64), (64, 197, 12, 64)]:
-            def build_heads(device: torch.device, seed: int, b=b, sq=sq, h=h, d=d, dt=DTYPES[mode]) -> Built:
-                return _simple(lambda x: x.transpose(1, 2).contiguous(),
-                               [(_d(b, device, 2), _d(sq, device), _d(h, device, 4), _d(d, device))], [dt])(device, seed)
-            out.append(Benchmark(f"heads_transpose_{mode}_b{b}_s{sq}_h{h}_d{d}", "copy",
-                                 {"op": "transpose_contiguous", "dtype": mode, "batch": b, "seq": sq, "heads": h,
-                                  "dim": d}, build_heads, est_ms=_est(0, 2.0 * DTYPES[mode].itemsize * b * sq * h * d)))
+        for shape in [(32, 128, 12, 64), (8, 1024, 16, 64), (64, 197, 12, 64)]:
+            _heads_transpose(out, mode, shape)
     # channels-last conversions both ways
     for mode, src, perm in [("fp32", "nchw", (0, 2, 3, 1)), ("bf16", "nhwc", (0, 3, 1, 2))]:
         for n, c, hw in [(32, 256, 56), (128, 64, 56), (64, 512, 28)]:
@@ -941,17 +963,9 @@ def _copy_more(out: list[Benchmark]) -> None:
     for src, dst, numels in [("fp16", "fp32", _NUMELS[1::2]), ("fp32", "bf16", [10 ** 6 + 3, 5 * 10 ** 6 + 3]),
                              ("bf16", "fp16", [2 ** 20, 2 ** 24])]:
         for n in numels:
-            def build(device: torch.device, seed: int, n=n, src=DTYPES[src], dst=DTYPES[dst]) -> Built:
-                return _simple(lambda x: x.to(dst), [(_d(n, device, 1024),)], [src])(device, seed)
-            out.append(Benchmark(f"cast_{src}_to_{dst}_n{n}", "copy", {"op": f"to_{dst}", "dtype": src, "numel": n},
-                                 build, est_ms=_est(0, 6.0 * n)))
+            _cast(out, src, dst, n)
     for r, c in [(4096, 4096), (768, 3072), (3072, 768), (50257, 768)]:
-        def build(device: torch.device, seed: int, r=r, c=c) -> Built:
-            return _simple(lambda x: x.t().contiguous(), [(_d(r, device), _d(c, device))], [torch.bfloat16])(
-                device, seed)
-        out.append(Benchmark(f"transpose_contig_bf16_{r}x{c}", "copy",
-                             {"op": "transpose_contiguous", "dtype": "bf16", "rows": r, "cols": c}, build,
-                             est_ms=_est(0, 4.0 * r * c)))
+        _transpose(out, "bf16", r, c)
     for mode, src, perm in [("fp32", "nchw", (0, 2, 3, 1)), ("bf16", "nchw", (0, 2, 3, 1)),
                             ("bf16", "nhwc", (0, 3, 1, 2))]:
         for n, c, hw in [(64, 16, 112), (32, 128, 56), (16, 512, 28), (8, 2048, 14), (64, 3, 224)]:
@@ -964,12 +978,7 @@ def _copy_more(out: list[Benchmark]) -> None:
                                  build_perm, est_ms=_est(0, 2.0 * DTYPES[mode].itemsize * n * c * hw * hw)))
     for mode, (b, sq, h, d) in [("bf16", (16, 512, 16, 64)), ("fp32", (16, 512, 16, 64)), ("bf16", (4, 2048, 32, 128)),
                                 ("bf16", (128, 77, 8, 64))]:
-        def build_heads(device: torch.device, seed: int, b=b, sq=sq, h=h, d=d, dt=DTYPES[mode]) -> Built:
-            return _simple(lambda x: x.transpose(1, 2).contiguous(),
-                           [(_d(b, device, 2), _d(sq, device), _d(h, device, 4), _d(d, device))], [dt])(device, seed)
-        out.append(Benchmark(f"heads_transpose_{mode}_b{b}_s{sq}_h{h}_d{d}", "copy",
-                             {"op": "transpose_contiguous", "dtype": mode, "batch": b, "seq": sq, "heads": h,
-                              "dim": d}, build_heads, est_ms=_est(0, 2.0 * DTYPES[mode].itemsize * b * sq * h * d)))
+        _heads_transpose(out, mode, (b, sq, h, d))
     for mode, parts, (n, c, hw) in [("bf16", 3, (32, 96, 56)), ("fp32", 2, (128, 256, 28)), ("bf16", 2, (8, 512, 64))]:
         dt = DTYPES[mode]
 

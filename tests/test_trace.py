@@ -963,11 +963,12 @@ def test_ops_dispatched_under_autocast_are_marked():
 @pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN])
 def test_a_recurrent_layer_launches_cudnns_kernels_whatever_the_cpu_path_decomposes_it_into(cls):
     # The CPU runs an LSTM as one op per layer but a GRU as a dozen ops per step; on CUDA both are
-    # one cuDNN call: per layer and direction a GEMM and a cell kernel per step plus the input GEMM.
-    from estimator.annotate.formulas import cudnn_rnn_kernels
-    steps, layers = 16, 2
+    # one cuDNN call: per layer and direction a GEMM and a cell kernel per step plus the input GEMM
+    # (hidden sizes above PERSISTENT_RNN_MAX_HIDDEN; narrower ones: test_price's persistent-kernel test).
+    from estimator.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN, cudnn_rnn_kernels
+    steps, layers, hidden = 16, 2, 2 * PERSISTENT_RNN_MAX_HIDDEN
     for bidirectional in (False, True):
-        rnn = cls(32, 32, num_layers=layers, batch_first=True, bidirectional=bidirectional).to("meta")
+        rnn = cls(32, hidden, num_layers=layers, batch_first=True, bidirectional=bidirectional).to("meta")
         g = trace(rnn, (torch.empty(4, steps, 32, device="meta"),), mode="training")
         nodes = {d["phase"]: d for _, d in g.nodes(data=True) if d["category"] == "rnn"}
         per = layers * (2 if bidirectional else 1)
