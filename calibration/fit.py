@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import statsmodels.api as sm
@@ -122,7 +122,7 @@ def kernel_latency_s(rows: list[dict[str, Any]]) -> float:
 SYNC_ROOF_SHARE = 0.2           # benchmarks whose roofline is below this share of their time give the sync cost
 
 
-def _cost_per_event(rows: list[dict[str, Any]], gpu: GPUSpec, field: str, fixed_s: Any,
+def _cost_per_event(rows: list[dict[str, Any]], gpu: GPUSpec, field: str, fixed_s: Callable[[NodeTable], float],
                     fallback: float | None) -> float | None:
     """Fixed device time per counted event of node field `field` (s): the median, over the fitting
     (not held-out) benchmarks that have such events and whose time is mostly fixed cost, of their time
@@ -501,12 +501,11 @@ def fit_host_and_gap(profile: Profile, validation: list[dict[str, Any]], gpu: GP
     x_arr, y_arr = np.array(xs), np.array(ys)
     coef = lsq_linear(x_arr / y_arr[:, None], np.ones(len(y_arr)), bounds=(0.0, np.inf)).x
     scale_fwd, scale_bwd, scale_opt, module_call_s, host_only_s, autocast_s = (float(c) for c in coef)
-    host = {k: v * scale_fwd for k, v in profile.host_op_s.items()
-            if k not in ("module_call", "graph_launch", "autocast")}
-    # The optimizer's costs, its per-launch one included, enter the fit through the optimizer term only.
-    host["optimizer"] = profile.host_op_s.get("optimizer", profile.host_op_s["default"]) * scale_opt
-    if "launch_optimizer" in profile.host_op_s:
-        host["launch_optimizer"] = profile.host_op_s["launch_optimizer"] * scale_opt
+    # A category's per-op and per-launch costs (launch_<category>) scale with the term its ops enter:
+    # the optimizer's with the optimizer term, every other category's with the forward one.
+    host = {k: v * (scale_opt if k.removeprefix("launch_") == "optimizer" else scale_fwd)
+            for k, v in profile.host_op_s.items() if k not in ("module_call", "graph_launch", "autocast")}
+    host.setdefault("optimizer", profile.host_op_s["default"] * scale_opt)
     host["module_call"] = module_call_s
     host["autocast"] = autocast_s
     host["graph_launch"] = profile.host_op_s["default"]

@@ -678,7 +678,8 @@ def build_configs(args: argparse.Namespace) -> tuple[list[ValidationConfig], str
     for field, wanted in (("mode", _split(args.modes)), ("precision", _split(args.precision)),
                           ("batch", _split(args.batch))):
         if wanted:
-            known = sorted({str(getattr(c, field)) for c in configs}, key=lambda v: (int(v), v) if v.isdigit() else (0, v))
+            known = sorted({str(getattr(c, field)) for c in configs},
+                           key=lambda v: (int(v), v) if v.isdigit() else (0, v))
             unknown = [w for w in wanted if w not in known]
             if unknown:
                 raise SystemExit(f"set {name!r} has no {field} {', '.join(map(repr, unknown))}; "

@@ -15,7 +15,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.module_tracker import ModuleTracker
 
-from ..annotate.formulas import cudnn_rnn_grid_syncs, cudnn_rnn_kernels  # importing formulas registers the cost formulas
+from ..annotate.formulas import cudnn_rnn_grid_syncs, cudnn_rnn_kernels  # (also registers the cost formulas)
 from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
 from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, is_channels_last, storage_key,
                                  tensor_bytes, tensors, unique_bytes)
@@ -100,35 +100,26 @@ class OpRecorder(TorchDispatchMode):
     def _fused_kernels(self, cost: Cost, category: str) -> int:
         """Kernels of a fused node at its first op: cuDNN's count for a recurrent module whose steps are
         known, else the op's own GEMM kernels plus one (later GEMMs add theirs in _merge)."""
-        rnn = self._rnn_kernels()
+        rnn = self._rnn_launches()
         if rnn is not None:
-            return rnn
+            return rnn[0]
         return (cost.kernels if TENSOR_CORE_CATEGORIES & {category, cost.category} else 0) + 1
 
-    def _rnn_module(self) -> tuple[torch.nn.RNNBase, int] | None:
-        """The recurrent module of the current fused node and its time steps, if known."""
+    def _fused_grid_syncs(self) -> int:
+        """Grid-wide step barriers of the current fused node: a persistent cuDNN recurrence's, else none."""
+        rnn = self._rnn_launches()
+        return rnn[1] if rnn is not None else 0
+
+    def _rnn_launches(self) -> tuple[int, int] | None:
+        """(kernels, grid barriers) cuDNN runs for the recurrent module of the current fused node, over all
+        its layers and directions, if its time steps are known."""
         mod = self.modules_by_name.get(self._fused_scope)
         steps = self._rnn_steps.get(id(mod))
         if not isinstance(mod, torch.nn.RNNBase) or steps is None:
             return None
-        return mod, steps
-
-    def _rnn_kernels(self) -> int | None:
-        """cuDNN's kernels for the recurrent module of the current fused node, if its steps are known."""
-        found = self._rnn_module()
-        if found is None:
-            return None
-        mod, steps = found
-        per_layer = cudnn_rnn_kernels(steps, backward=self.phase == "backward", hidden=mod.hidden_size)
-        return mod.num_layers * (2 if mod.bidirectional else 1) * per_layer
-
-    def _fused_grid_syncs(self) -> int:
-        """Grid-wide step barriers of the current fused node: a persistent cuDNN recurrence's, else none."""
-        found = self._rnn_module()
-        if found is None:
-            return 0
-        mod, steps = found
-        return mod.num_layers * (2 if mod.bidirectional else 1) * cudnn_rnn_grid_syncs(steps, mod.hidden_size)
+        chains = mod.num_layers * (2 if mod.bidirectional else 1)
+        kernels = cudnn_rnn_kernels(steps, backward=self.phase == "backward", hidden=mod.hidden_size)
+        return chains * kernels, chains * cudnn_rnn_grid_syncs(steps, mod.hidden_size)
 
     # ------------------------------------------------------------------ helpers
     def current_module(self) -> str:
@@ -242,7 +233,7 @@ class OpRecorder(TorchDispatchMode):
         self._fused_seen.update(storage_key(t) for t in call.inputs + outputs)
         a["fused_ops"] += 1
         if cost.category in TENSOR_CORE_CATEGORIES:
-            if self._rnn_kernels() is None:   # a recurrent module's count is its own, set when it began
+            if self._rnn_launches() is None:   # a recurrent module's count is its own, set when it began
                 a["kernels"] += cost.kernels
             if cost.gemm_mnk != (0, 0, 0):
                 a["gemm_m"], a["gemm_n"], a["gemm_k"] = cost.gemm_mnk
