@@ -139,6 +139,19 @@ def _kernel_records(name: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def persistent_rnn_steps() -> str:
+    """Device time per time step of cuDNN's persistent RNN kernels (forward), per suite benchmark."""
+    per_cell: dict[str, list[float]] = {}
+    for rec in _kernel_records("H100-SXM-benchmarks"):
+        p = rec.get("params", {})
+        us = sum(k["us_per_iter"] for k in rec["kernels"] if "RNN_blockPersist_fp" in k["name"])
+        if us and p.get("cell"):
+            chains = p["layers"] * (2 if p.get("bidirectional") else 1)
+            per_cell.setdefault(p["cell"], []).append(us / (p["seq"] * chains))
+    cells = "; ".join(f"{cell} {min(v):.2f}-{max(v):.2f} us (n={len(v)})" for cell, v in sorted(per_cell.items()))
+    return f"persistent RNN kernels (H100-SXM-benchmarks), forward time per step and layer: {cells}"
+
+
 def vgg_bias_share() -> str:
     for r in _kernel_records("H100-SXM-training"):
         if r["model"] == "vgg16" and r["mode"] == "inference" and r["precision"] == "bf16-mixed":
@@ -178,6 +191,7 @@ def main() -> None:
                      odd_rows(rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
                      pointwise_planes(gpu, rows)):
             print("  " + line)
+    print(persistent_rnn_steps())
     print(vgg_bias_share())
     print(layout_transform_shares("H100-SXM-training"))
     print(layout_transform_shares("H100-SXM-inference"))

@@ -295,7 +295,8 @@ def test_kernel_facts_recompute_from_committed_data(capsys):
     for gpu in ("H100-SXM", "H200"):
         assert f"== {gpu}" in out
     for fact in ("causal/non-causal SDPA: 46 pairs", "transposing", "NCHW/NHWC", "bf16 + fp32", "VGG-16",
-                 "50 vs 64 elements per row", "bf16->fp32 cast", "elapsed / device-busy"):
+                 "50 vs 64 elements per row", "bf16->fp32 cast", "elapsed / device-busy",
+                 "persistent RNN kernels (H100-SXM-benchmarks), forward time per step and layer: gru"):
         assert fact in out
 
 
