@@ -80,17 +80,23 @@ def _profile(step: Callable[[], Any], by_op: bool) -> tuple[list[dict[str, Any]]
     return kernels, ops
 
 
-def profile_benchmark(name: str, *, by_op: bool = False) -> dict[str, Any]:
-    """One record for a calibration-suite benchmark (calibration.suite): the kernels one call of it runs
-    on the current CUDA device, e.g. how many launches a cuDNN RNN makes per time step."""
-    from .runner import tf32_flags
+def suite_benchmark(name: str) -> Any:
+    """The calibration-suite Benchmark called `name`; SystemExit naming the closest names if none is."""
     from .suite import all_benchmarks
 
     found = {b.name: b for b in all_benchmarks()}
     if name not in found:
         close = difflib.get_close_matches(name, list(found), n=3)
         raise SystemExit(f"no suite benchmark {name!r}" + (f"; did you mean {', '.join(close)}?" if close else ""))
-    b = found[name]
+    return found[name]
+
+
+def profile_benchmark(name: str, *, by_op: bool = False) -> dict[str, Any]:
+    """One record for a calibration-suite benchmark (calibration.suite): the kernels one call of it runs
+    on the current CUDA device, e.g. how many launches a cuDNN RNN makes per time step."""
+    from .runner import tf32_flags
+
+    b = suite_benchmark(name)
     with tf32_flags(b.matmul_tf32, b.cudnn_tf32):
         built = b.build(torch.device("cuda"), 0)
         inputs = built.make_set(0)
@@ -115,16 +121,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--by-op", action="store_true",
                    help="also attribute device time to ATen ops and their input shapes")
     args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("kernel_profile needs a CUDA GPU", file=sys.stderr)
-        return 2
+    # Bad arguments are reported before the GPU is looked for, so they fail the same way everywhere.
     if (args.model is None) == (args.benchmark is None):
         p.error("give a model or --benchmark NAMES, not both")
     if args.model is not None and args.batch is None:
         p.error("a model needs --batch")
+    names = [n.strip() for n in (args.benchmark or "").split(",") if n.strip()]
+    for name in names:
+        suite_benchmark(name)
+    if not torch.cuda.is_available():
+        print("kernel_profile needs a CUDA GPU", file=sys.stderr)
+        return 2
     command = " ".join(["python3 -m calibration.kernel_profile", *(argv or sys.argv[1:])])
     if args.benchmark:
-        records = [profile_benchmark(n.strip(), by_op=args.by_op) for n in args.benchmark.split(",") if n.strip()]
+        records = [profile_benchmark(name, by_op=args.by_op) for name in names]
     else:
         records = [profile_step(args.model, batch=args.batch, precision=args.precision, mode=args.mode,
                                 seq=args.seq, image_size=args.image_size, by_op=args.by_op)]

@@ -324,3 +324,20 @@ def test_rnn_and_optimizer_benchmarks_are_host_paced() -> None:
     paced = [b for b in all_benchmarks(["rnn", "optimizer"]) if b.kind == "device"]
     assert paced and all(b.host_paced for b in paced)
     assert not any(b.host_paced for b in all_benchmarks(["copy", "matmul"]))
+
+
+def test_kernel_profile_reports_bad_arguments_before_looking_for_a_gpu(tmp_path: Path, capsys) -> None:
+    from calibration.kernel_profile import main
+    out = str(tmp_path / "k.jsonl")
+    with pytest.raises(SystemExit):
+        main(["--out", out])                                   # neither a model nor --benchmark
+    assert "give a model or --benchmark NAMES" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["resnet18", "--benchmark", "rnn_fwd_gru_t50_b1_in128_h128_l1", "--out", out])
+    with pytest.raises(SystemExit):
+        main(["resnet18", "--out", out])
+    assert "a model needs --batch" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="no suite benchmark 'rnn_fwd_gru_t50_b1_in128_h12'; did you mean "
+                                         "rnn_fwd_gru_t50_b1_in128_h128_l1"):
+        main(["--benchmark", "rnn_fwd_gru_t50_b1_in128_h12", "--out", out])
+    assert not Path(out).exists()
