@@ -67,6 +67,27 @@ def copies(rows: dict[str, dict]) -> str:
             f"casts {min(by['cast']):.2f}-{max(by['cast']):.2f} TB/s")
 
 
+def permuted_reads(gpu: str, rows: dict[str, dict]) -> str:
+    """Permuted copies' time over their memory roofline, by data type and read amplification (the sectors a
+    block of the strided loop reads over those its bytes fill, Cost.read_amplification)."""
+    from calibration.retrace import retrace_nodes
+    from estimator.catalog import get_gpu
+
+    names = [n for n, r in rows.items() if r.get("category") == "copy"]
+    nodes = retrace_nodes(names, jobs=1)
+    bandwidth = get_gpu(gpu).memory_bandwidth_bytes_per_s
+    groups: dict[tuple[str, int], list[float]] = {}
+    for name in names:
+        (node,) = nodes[name]
+        if node["permuted"]:
+            roofline_us = (node["bytes_read"] + node["bytes_written"]) / bandwidth * 1e6
+            key = (node["dtype"], round(node["read_amplification"]))
+            groups.setdefault(key, []).append(_us(rows[name]) / roofline_us)
+    shown = ", ".join(f"{dtype} x{amp}: {statistics.median(v):.1f} (n={len(v)})"
+                      for (dtype, amp), v in sorted(groups.items()))
+    return f"permuted copies, median time / memory roofline by dtype and read amplification: {shown}"
+
+
 def nhwc_depthwise(rows: dict[str, dict]) -> str:
     out = []
     for mode in ("bf16", "tf32"):
@@ -187,7 +208,7 @@ def main() -> None:
     for gpu in GPUS:
         rows = _rows(gpu)
         print(f"== {gpu}")
-        for line in (causal_pairs(gpu, rows), copies(rows), nhwc_depthwise(rows), mixed_add(rows),
+        for line in (causal_pairs(gpu, rows), copies(rows), permuted_reads(gpu, rows), nhwc_depthwise(rows), mixed_add(rows),
                      odd_rows(rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
                      pointwise_planes(gpu, rows)):
             print("  " + line)

@@ -671,6 +671,18 @@ def _reduction_more(out: list[Benchmark]) -> None:
             _fwd_bwd(out, "softmax", f"{mode}_{r}x{c}", "reduction", "softmax",
                      {"dtype": mode, "rows": r, "cols": c}, fwd, leaves, 1,
                      _est(5.0 * r * c, nb), _est(3.0 * r * c, 1.5 * nb))
+    # Session 11: softmax over the 49 (7x7) keys of Swin's window attention, millions of short odd rows
+    for mode, r in [("fp32", 8192 * 3 * 49), ("fp32", 512 * 12 * 49), ("bf16", 2048 * 6 * 49)]:
+        dt = DTYPES[mode]
+
+        def leaves49(device: torch.device, seed: int, i: int, r=r, dt=dt) -> tuple:
+            return (_randn((_d(r, device), _d(49, device)), dt, device, seed, i),)
+
+        def fwd49(x: torch.Tensor) -> torch.Tensor:
+            return F.softmax(x, -1)
+        nb = 2.0 * r * 49 * dt.itemsize
+        _fwd_bwd(out, "softmax", f"{mode}_{r}x49", "reduction", "softmax", {"dtype": mode, "rows": r, "cols": 49},
+                 fwd49, leaves49, 1, _est(5.0 * r * 49, nb), _est(3.0 * r * 49, 1.5 * nb))
 
 
 def _norm(out: list[Benchmark]) -> None:
@@ -987,6 +999,61 @@ def _copy_more(out: list[Benchmark]) -> None:
         out.append(Benchmark(f"cat_channels_{mode}_{parts}x{n}x{c}x{hw}x{hw}", "copy",
                              {"op": "cat", "dtype": mode, "parts": parts, "batch": n, "channels": c, "hw": hw},
                              build_ch, est_ms=_est(0, 2.0 * dt.itemsize * parts * n * c * hw * hw)))
+    _copy_network_layouts(out)
+
+
+def _permuted_copy(out: list[Benchmark], name: str, mode: str, shape: tuple[int, ...], perm: tuple[int, ...],
+                   params: dict[str, Any]) -> None:
+    """A contiguous copy of a permuted view of a contiguous tensor of `shape`."""
+    dt = DTYPES[mode]
+
+    def build(device: torch.device, seed: int) -> Built:
+        dims = tuple(_d(x, device, 4) for x in shape)
+        return _simple(lambda x: x.permute(*perm).contiguous(), [dims], [dt])(device, seed)
+    out.append(Benchmark(name, "copy", {"op": "permute_contiguous", "dtype": mode, "shape": list(shape),
+                                        "perm": list(perm), **params},
+                         build, est_ms=_est(0, 2.0 * dt.itemsize * math.prod(shape))))
+
+
+def _copy_network_layouts(out: list[Benchmark]) -> None:
+    """Session 11: the permutations networks copy besides transposes, whose contiguous runs differ: a
+    channel shuffle (ShuffleNet: (N, g, C/g, H, W) -> (N, C/g, g, H, W), runs of H * W) and Swin's window
+    partition and its reverse ((N, H/w, w, W/w, w, C) <-> (N, H/w, W/w, w, w, C), runs of w * C), and the
+    copy a convolution makes of one half of a channel split (ShuffleNet's x.chunk(2, dim=1), runs of C/2 * H * W)."""
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for n, c, hw in [(256, 116, 28), (256, 232, 14), (256, 464, 7)]:
+            def build_half(device: torch.device, seed: int, n=n, c=c, hw=hw, dt=dt) -> Built:
+                shape = _nchw(device, n, c, hw)
+                return _simple(lambda x: x[:, x.shape[1] // 2:].contiguous(), [shape], [dt])(device, seed)
+            out.append(Benchmark(f"channel_half_{mode}_n{n}_c{c}_hw{hw}", "copy",
+                                 {"op": "slice_contiguous", "dtype": mode, "batch": n, "channels": c, "hw": hw},
+                                 build_half, est_ms=_est(0, dt.itemsize * n * c * hw * hw)))
+    for mode in ("fp32", "bf16"):
+        for n, c, hw, g in [(256, 116, 28, 2), (256, 232, 14, 2), (256, 464, 7, 2), (64, 240, 28, 4),
+                            (128, 480, 14, 8)]:
+            _permuted_copy(out, f"channel_shuffle_{mode}_n{n}_c{c}_hw{hw}_g{g}", mode, (n, g, c // g, hw, hw),
+                           (0, 2, 1, 3, 4), {"batch": n, "channels": c, "hw": hw, "groups": g})
+    for mode, n, hw, c, w in [("bf16", 128, 56, 96, 7), ("bf16", 128, 28, 192, 7), ("fp32", 128, 14, 384, 7),
+                              ("fp32", 64, 56, 96, 7), ("bf16", 32, 64, 128, 8)]:
+        shape = (n, hw // w, w, hw // w, w, c)
+        params = {"batch": n, "hw": hw, "channels": c, "window": w}
+        _permuted_copy(out, f"window_partition_{mode}_n{n}_hw{hw}_c{c}_w{w}", mode, shape, (0, 1, 3, 2, 4, 5), params)
+        _permuted_copy(out, f"window_reverse_{mode}_n{n}_hw{hw}_c{c}_w{w}", mode,
+                       (n, hw // w, hw // w, w, w, c), (0, 1, 3, 2, 4, 5), params)
+    # Swin's cyclic shift: torch.roll over the two spatial dimensions of (N, H, W, C) activations, and over one
+    for mode, (n, hw, c), dims in [("bf16", (128, 56, 96), (1, 2)), ("fp32", (128, 28, 192), (1, 2)),
+                                   ("bf16", (128, 14, 384), (1,)), ("fp32", (64, 56, 96), (2,))]:
+        dt = DTYPES[mode]
+
+        def build_roll(device: torch.device, seed: int, n=n, hw=hw, c=c, dims=dims, dt=dt) -> Built:
+            shape = (_d(n, device, 2), _d(hw, device, 8), _d(hw, device, 8), _d(c, device, 4))
+            shifts = tuple(-3 for _ in dims)
+            return _simple(lambda x: torch.roll(x, shifts, dims), [shape], [dt])(device, seed)
+        name = f"roll{len(dims)}d_{mode}_n{n}_hw{hw}_c{c}"
+        out.append(Benchmark(name, "copy", {"op": "roll", "dtype": mode, "batch": n, "hw": hw, "channels": c,
+                                            "dims": list(dims)},
+                             build_roll, est_ms=_est(0, 2.0 * len(dims) * dt.itemsize * n * hw * hw * c)))
 
 
 # ---------------------------------------------------------------- optimizers

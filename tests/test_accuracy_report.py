@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from estimator.capture.models import load_model
@@ -119,6 +120,13 @@ def test_align_per_op_expands_composites():
     assert r["matched_measured_us"] == pytest.approx(35.0)
     assert r["matched_predicted_us"] == pytest.approx(38.0)
     assert r["coverage_pct"] == pytest.approx(35 / 40 * 100)
+
+
+def test_staged_copies_count_inside_the_op_that_makes_them():
+    per_node = pd.DataFrame({"op": ["aten.clone.default", "aten.native_layer_norm.default", "aten.clone.default"],
+                             "time_s": [3e-6, 5e-6, 2e-6], "staged": [True, False, False]})
+    assert A.ops_as_profiled(per_node) == [("aten.native_layer_norm.default", pytest.approx(8e-6)),
+                                           ("aten.clone.default", 2e-6)]
 
 
 @pytest.mark.parametrize("mode, source, noted", [

@@ -621,3 +621,17 @@ def test_autocast_dispatch_costs_host_time_per_op():
     lead, _ = host_parts(table, prof, "eager")
     assert lead[1] - lead[0] == pytest.approx(4e-6)
     assert lead[2] == pytest.approx(prof.host_only_op_s)     # a view dispatches no autocast wrapper
+
+
+def test_a_copy_an_op_makes_of_its_input_costs_the_host_one_launch():
+    from dataclasses import replace
+    from estimator.price.host_timeline import host_parts
+    copy = {"op": "aten.clone.default", "category": "copy", "phase": "forward", "flops": 0.0, "bytes_read": 1e6,
+            "bytes_written": 1e6, "math_mode": "fp32", "kernels": 1, "free": False, "host_only": False,
+            "autocast": True}
+    table = NodeTable.from_records([copy, {**copy, "staged_for": "aten.native_layer_norm.default"}])
+    prof = prior_profile()
+    prof = replace(prof, host_op_s={**prof.host_op_s, "copy": 9e-6, "launch_copy": 2e-6, "autocast": 4e-6})
+    lead, _ = host_parts(table, prof, "eager")
+    assert lead[0] == pytest.approx(9e-6 + 4e-6)             # dispatched by the model: the op's cost
+    assert lead[1] == pytest.approx(2e-6)                    # launched inside its owner's C++ call

@@ -801,6 +801,7 @@ def test_conv_records_the_plane_of_a_plain_gemm(conv, planes):
     (lambda x: x.view(4, 8, 4, 8).permute(0, 2, 3, 1).contiguous(), True),
     (lambda x: x.to(torch.bfloat16), False), (lambda x: x.t() + 1, False),
     (lambda x: x.view(2, 16, 4, 8).transpose(1, 2).contiguous(), True),  # attention heads: outer dims only
+    (lambda x: x[:, :16].contiguous(), True), (lambda x: x[:16] * 2, False),   # a slice with gaps; without
 ])
 def test_transposing_copies_are_flagged(expr, permuted):
     """A copy that reads one memory order and writes another cannot coalesce both sides."""
@@ -810,6 +811,25 @@ def test_transposing_copies_are_flagged(expr, permuted):
     graph = trace(Fn(), (torch.empty(32, 32),))
     (node,) = [d for _, d in graph.nodes(data=True) if not d["free"]]
     assert node["permuted"] is permuted
+
+
+@pytest.mark.parametrize("shape, expr, dtype, amplification", [
+    ((1024, 1024), lambda x: x.t().contiguous(), torch.float32, 8.0),   # every element in its own 32-byte sector
+    ((1024, 1024), lambda x: x.t().contiguous(), torch.bfloat16, 16.0),
+    ((64, 64), lambda x: x.t().contiguous(), torch.float32, 1.0),       # a block's 8 rows fill each sector
+    ((4, 64, 8, 64), lambda x: x.transpose(1, 2).contiguous(), torch.float32, 1.0),   # heads: rows of 64 move whole
+    ((2, 3, 32, 32), lambda x: x.contiguous(memory_format=torch.channels_last), torch.float32, 1.0),  # 3 long runs
+    ((2, 3, 32, 32), lambda x: x.contiguous(memory_format=torch.channels_last).contiguous(), torch.float32, 3.0),
+    ((64, 64), lambda x: x.clone(), torch.float32, 1.0),
+])
+def test_permuted_reads_count_the_sectors_a_loop_block_touches(shape, expr, dtype, amplification):
+    """A strided copy's read pattern: sectors a block of 512 output elements reads over those its bytes fill."""
+    class Fn(torch.nn.Module):
+        def forward(self, x):
+            return expr(x)
+    graph = trace(Fn(), (torch.empty(*shape, dtype=dtype),))
+    node = [d for _, d in graph.nodes(data=True) if not d["free"]][-1]
+    assert node["read_amplification"] == pytest.approx(amplification, rel=0.05)
 
 
 def test_causal_attention_records_the_skipped_tiles():
@@ -982,3 +1002,75 @@ def test_a_recurrent_model_traced_on_its_own_keeps_its_loss_and_optimizer_apart(
     fused = {d["phase"] for _, d in g.nodes(data=True) if d["category"] == "rnn"}
     assert fused == {"forward", "backward"}
     assert any(d["phase"] == "optimizer" and d["category"] == "optimizer" for _, d in g.nodes(data=True))
+
+
+class _NormOfTransposed(torch.nn.Module):
+    """A layer norm and a softmax over a transposed view, as after nn.MultiheadAttention(batch_first=True)."""
+
+    def __init__(self, transposed: bool) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(64)
+        self.transposed = transposed
+
+    def forward(self, x):
+        if self.transposed:
+            x = x.transpose(0, 1)
+        return self.norm(x).softmax(-1) if not self.transposed else self.norm(x).transpose(0, 1).softmax(-1)
+
+
+@pytest.mark.parametrize("transposed", [True, False])
+def test_kernels_that_need_contiguous_inputs_record_their_copies(transposed):
+    """Layer norm and softmax copy a non-contiguous input first (forward and backward): a copy node per
+    such input, recorded just before its op and marked with it; contiguous inputs get none."""
+    graph = trace(_NormOfTransposed(transposed), (torch.empty(16, 8, 64),), mode="training")
+    order = [d for _, d in sorted(graph.nodes(data=True)) if not d["free"]]
+    staged = [(i, d) for i, d in enumerate(order) if d["staged_for"]]
+    if not transposed:
+        assert staged == []
+        return
+    owners = {d["staged_for"] for _, d in staged}
+    # (softmax's backward reads its own contiguous output and the contiguous gradient of it: no copy)
+    assert owners == {"aten.native_layer_norm.default", "aten.native_layer_norm_backward.default",
+                      "aten._softmax.default"}
+    x_bytes = 16 * 8 * 64 * 4
+    for i, d in staged:
+        assert d["op"] == "aten.clone.default" and d["category"] == "copy"
+        assert d["bytes_read"] == d["bytes_written"] == x_bytes
+        assert order[i + 1]["cpu_op"] == d["staged_for"] or order[i + 1]["staged_for"] == d["staged_for"]
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_a_convolution_of_a_channel_split_copies_its_half_first(channels_last):
+    """ShuffleNet convolves one half of x.chunk(2, dim=1), a strided view: each convolution backend copies
+    it to a dense layout first, forward and (its saved input) backward, and backward also the gradient,
+    here a slice of cat's; a dense input is taken as is."""
+    class Split(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(8, 8, 1)
+
+        def forward(self, x):
+            a, b = x.chunk(2, dim=1)
+            return torch.cat([a, self.conv(b)], 1)
+    x = torch.empty(2, 16, 8, 8)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    graph = trace(Split(), (x,), mode="training")
+    staged = [d for _, d in graph.nodes(data=True) if d["staged_for"]]
+    assert [d["staged_for"] for d in staged] == ["aten.convolution.default"] + \
+        ["aten.convolution_backward.default"] * 2
+    assert all(d["bytes_read"] == 2 * 8 * 8 * 8 * 4 and d["permuted"] for d in staged)
+    plain = trace(torch.nn.Conv2d(8, 8, 1), (torch.empty(2, 8, 8, 8),), mode="training")
+    assert not any(d["staged_for"] for _, d in plain.nodes(data=True))
+
+
+def test_a_roll_over_two_dimensions_is_two_passes():
+    """CUDA's roll moves one dimension per kernel (Swin's shifted windows roll two)."""
+    class Rolls(torch.nn.Module):
+        def forward(self, x):
+            return torch.roll(x, (3, 3), (1, 2)), torch.roll(x, 2, 1)
+    graph = trace(Rolls(), (torch.empty(2, 8, 8, 4),))
+    two, one = nodes(graph, op="aten.roll.default")
+    assert (two["kernels"], one["kernels"]) == (2, 1)
+    assert two["bytes_read"] == two["bytes_written"] == 2 * one["bytes_read"] == 2 * 2 * 8 * 8 * 4 * 4
+    assert two["permuted"] and two["read_amplification"] == 1.0    # index-mapped, one element per lane

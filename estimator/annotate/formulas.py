@@ -16,7 +16,7 @@ import torch
 from torch.utils.flop_counter import conv_flop_count, flop_registry
 
 from .registry import (
-    Cost, OpCall, by_category, expanded_run, generic_cost, is_channels_last, iter_ops, mark_free, reduced_rows,
+    REGISTRY, Cost, OpCall, by_category, expanded_run, generic_cost, is_channels_last, iter_ops, mark_free, reduced_rows,
     register_cost, tensors, unique_bytes,
 )
 
@@ -402,6 +402,21 @@ for _names, _flops_in, _rows in [
     register_cost(*iter_ops(_names))(by_category("norm", flops_per_input=_flops_in, rows=_rows))
 
 
+# PyTorch's layer norm and softmax kernels copy a non-contiguous input (and, backward, the incoming
+# gradient) to a contiguous one first: after nn.MultiheadAttention with batch_first, whose output is a
+# transposed view, every layer norm of a ViT block pays a copy of its activation (the profiler shows it
+# inside native_layer_norm). Positions follow the ATen schemas.
+REGISTRY.stage_contiguous(*iter_ops(["native_layer_norm"]), args=(0, 2, 3))             # input, weight, bias
+REGISTRY.stage_contiguous(*iter_ops(["native_layer_norm_backward"]), args=(0, 1, 5, 6))  # grad, input, weight, bias
+REGISTRY.stage_contiguous(*iter_ops(["_softmax", "_log_softmax"]), args=(0,))
+REGISTRY.stage_contiguous(*iter_ops(["_softmax_backward_data", "_log_softmax_backward_data"]), args=(0, 1))
+# Every convolution backend takes its input and weight (backward: also the output gradient) in one dense
+# memory format: ShuffleNet convolves one half of a channel split, a strided view, and copies it first
+# (forward and backward; the profiler shows the copy inside aten::convolution).
+REGISTRY.stage_contiguous(aten.convolution, aten._convolution, args=(0, 1), channels_last_ok=True)
+REGISTRY.stage_contiguous(aten.convolution_backward, args=(0, 1, 2), channels_last_ok=True)
+
+
 # ---------------------------------------------------------------- softmax and reductions
 
 register_cost(*iter_ops(["_softmax", "_log_softmax", "_safe_softmax"]))(
@@ -522,13 +537,26 @@ register_cost(*iter_ops([
     "index_add", "index_copy", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
     "constant_pad_nd", "reflection_pad2d", "replication_pad2d", "reflection_pad1d", "fill", "fill_",
     "zero_", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones",
-    "new_full", "arange", "repeat", "roll", "flip", "masked_scatter", "_unsafe_view_copy",
+    "new_full", "arange", "repeat", "flip", "masked_scatter", "_unsafe_view_copy",
     "select_backward", "slice_backward", "index_select_backward", "unfold_backward", "narrow_copy",
     "tril_indices", "triu_indices", "_reshape_copy", "expand_copy", "permute_copy", "view_copy",
     "embedding_renorm_", "eye", "linspace", "scalar_tensor", "_unsafe_masked_index",
     "_unsafe_masked_index_put_accumulate", "lift_fresh_copy",
     "randperm", "searchsorted", "bucketize", "one_hot", "_pin_memory", "resize_", "_foreach_copy_",
 ]))(by_category("copy"))
+
+
+@register_cost(*iter_ops(["roll"]))
+def _roll(call: OpCall) -> Cost:
+    # CUDA's roll shifts one dimension per kernel: a roll over k dimensions (Swin's shifted windows roll
+    # two) recurses dimension by dimension inside the op, k passes over the tensor. Its kernel maps every
+    # element's index on its own, one element per lane (the suite's rolls run at the same element rate in
+    # bf16 as in fp32), like TensorIterator's strided loop: priced as a permuted copy.
+    dims = call.args[2] if len(call.args) > 2 else call.kwargs.get("dims", ())
+    passes = max(len(dims), 1) if isinstance(dims, (list, tuple)) else 1
+    cost = generic_cost(call, category="copy")
+    return replace(cost, bytes_read=cost.bytes_read * passes, bytes_written=cost.bytes_written * passes,
+                   kernels=passes, permuted=True)
 
 
 @register_cost(*iter_ops(["nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive"]))

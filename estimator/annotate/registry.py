@@ -8,9 +8,12 @@ arguments and outputs and returns a `Cost`. Ops without a formula fall back to
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator
 
+import numpy as np
 import torch
 from torch.utils._pytree import tree_leaves
 
@@ -42,6 +45,10 @@ class Cost:
         Time is priced on flops - flops_skipped.
     permuted: the op reads an input in a different memory order from the one it writes (a transpose or
         a layout change such as NCHW -> NHWC), so one side of the copy cannot be coalesced.
+    read_amplification: for a permuted op, the memory sectors one block of its strided loop touches in
+        the permuted inputs over the sectors their bytes fill (read_amplification()): 1 where the order
+        differs only above a long contiguous run (the head transposes around attention), up to
+        SECTOR_BYTES / element size for a real transpose, whose every element lies in another sector.
     window: for sliding-window ops (convolution, pooling) the kernel's spatial area (3x3 -> 9), 0
         otherwise. A 1x1 convolution is a plain GEMM; a larger window gathers its operand (implicit
         im2col) and re-reads each input element window/stride^2 times.
@@ -81,6 +88,7 @@ class Cost:
     host_only: bool = False
     flops_skipped: float = 0.0
     permuted: bool = False
+    read_amplification: float = 1.0
     window: int = 0
     channels_last: bool = False
     gemm_plane: int = 0
@@ -124,6 +132,9 @@ class CostRegistry:
 
     by_overload: dict[Any, Formula] = field(default_factory=dict)
     by_packet: dict[Any, Formula] = field(default_factory=dict)
+    # Argument positions an op's CUDA kernel makes contiguous before it runs (`.contiguous()` inside the
+    # ATen implementation), by overload packet, and whether a dense channels-last tensor passes as is.
+    staged_args: dict[Any, tuple[tuple[int, ...], bool]] = field(default_factory=dict)
 
     def register(self, *ops: Any) -> Callable[[Formula], Formula]:
         def decorate(fn: Formula) -> Formula:
@@ -143,6 +154,30 @@ class CostRegistry:
         if torch.Tag.reduction in func.tags:
             return REDUCTION_BY_TAG
         return None
+
+    def stage_contiguous(self, *ops: Any, args: tuple[int, ...], channels_last_ok: bool = False) -> None:
+        """Declare that `ops` copy the tensors at positions `args` to a contiguous layout first (or, with
+        `channels_last_ok`, to the memory format they suggest, which a dense channels-last tensor already
+        has): a copy kernel of its own, which a trace of the op alone never sees."""
+        for op in ops:
+            self.staged_args[op] = (tuple(args), channels_last_ok)
+
+    def staged_copies(self, call: OpCall) -> list[OpCall]:
+        """The copies `call` makes of its staged arguments not already in the layout its kernel needs, as
+        clone calls on fake tensors (the caller records them before the op; each writes a fresh tensor)."""
+        positions, channels_last_ok = self.staged_args.get(call.func.overloadpacket, ((), False))
+        copies = []
+        for i in positions:
+            t = call.args[i] if i < len(call.args) else None
+            if not isinstance(t, torch.Tensor) or t.numel() <= 1 or t.is_contiguous():
+                continue
+            layout = torch.channels_last if channels_last_ok and t.dim() == 4 and is_channels_last(t) \
+                else torch.contiguous_format
+            if t.is_contiguous(memory_format=layout):
+                continue
+            copies.append(OpCall(torch.ops.aten.clone.default, (t,), {"memory_format": layout},
+                                 torch.empty_like(t, memory_format=layout)))
+        return copies
 
     def known_ops(self) -> list[str]:
         return sorted({str(k) for k in self.by_overload} | {str(k) for k in self.by_packet})
@@ -241,6 +276,18 @@ def layout_order(t: torch.Tensor) -> tuple[int, ...] | None:
     return tuple(sorted(dims, key=lambda d: -t.stride(d)))
 
 
+def is_dense(t: torch.Tensor) -> bool:
+    """Whether `t` fills its memory without gaps in some order of its dimensions (contiguous, channels-last,
+    a transpose) rather than being a strided view into a larger tensor (a slice, a chunk)."""
+    dims = sorted((d for d in range(t.dim()) if t.shape[d] > 1), key=lambda d: t.stride(d))
+    expected = 1
+    for d in dims:
+        if t.stride(d) != expected:
+            return False
+        expected *= t.shape[d]
+    return True
+
+
 def is_channels_last(x: Any) -> bool:
     """Whether an activation (N, C, spatial...) has its channels innermost in memory (NHWC/NDHWC)."""
     if not isinstance(x, torch.Tensor) or x.dim() < 4 or x.shape[1] <= 1:
@@ -250,7 +297,9 @@ def is_channels_last(x: Any) -> bool:
 
 
 def is_permuted(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> bool:
-    """Whether an input of an output's shape is laid out in a different memory order from it."""
+    """Whether an input of an output's shape is laid out in a different memory order from it, or either
+    is a strided view with gaps: TensorIterator then runs its strided loop, one element per lane,
+    instead of its vectorised one."""
     for out in outputs:
         order = layout_order(out)
         if order is None:
@@ -258,9 +307,45 @@ def is_permuted(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> bool
         for t in inputs:
             if t.shape == out.shape and storage_key(t) != storage_key(out):
                 other = layout_order(t)
-                if other is not None and other != order:
+                if other is not None and (other != order or not is_dense(t) or not is_dense(out)):
                     return True
     return False
+
+
+# TensorIterator's strided (non-vectorised) loop gives each block of 128 threads 4 consecutive output
+# elements per thread, and DRAM and L2 move data in 32-byte sectors. A block's loads that share a sector
+# are served once; a sector the block uses only in part is fetched again by the blocks that need the rest.
+LOOP_BLOCK_ELEMENTS = 512
+SECTOR_BYTES = 32
+# Blocks sampled (as fractions of the output) for the read pattern: where a dimension is not a multiple
+# of the block, blocks at different offsets straddle its rows differently.
+SAMPLED_BLOCK_AT = (0.0, 0.37, 0.71)
+
+
+def read_amplification(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> float:
+    """Sectors that blocks of LOOP_BLOCK_ELEMENTS consecutive output elements (in the output's memory
+    order) read from the inputs of the output's shape laid out in another order, over the sectors the
+    bytes they read would fill if contiguous (>= 1; 1 when no input is permuted)."""
+    out = max(outputs, key=lambda t: t.numel(), default=None)
+    order = layout_order(out) if out is not None else None
+    if not order:
+        return 1.0
+    permuted = [t for t in inputs if t.shape == out.shape and layout_order(t) is not None
+                and (layout_order(t) != order or not is_dense(t))]
+    if not permuted:
+        return 1.0
+    sizes = [int(out.shape[d]) for d in order]
+    n = math.prod(sizes)
+    touched = ideal = 0.0
+    for at in SAMPLED_BLOCK_AT:
+        start = int(at * n) // LOOP_BLOCK_ELEMENTS * LOOP_BLOCK_ELEMENTS
+        index = np.arange(start, min(start + LOOP_BLOCK_ELEMENTS, n), dtype=np.int64)
+        coords = np.unravel_index(index, sizes)
+        for t in permuted:
+            offset = sum(c * int(t.stride(d)) for c, d in zip(coords, order))
+            touched += len(np.unique(offset * t.element_size() // SECTOR_BYTES))
+            ideal += max(len(index) * t.element_size() / SECTOR_BYTES, 1.0)
+    return max(touched / ideal, 1.0)
 
 
 def generic_cost(call: "OpCall", *, category: str, flops: float = 0.0, supported: bool = True,
@@ -269,8 +354,10 @@ def generic_cost(call: "OpCall", *, category: str, flops: float = 0.0, supported
     inputs, outputs = call.inputs, call.outputs
     streaming = category in LAYOUT_SENSITIVE_CATEGORIES
     broadcast = streaming and is_broadcast(inputs, outputs)
+    permuted = streaming and is_permuted(inputs, outputs)
     return Cost(float(flops), unique_bytes(inputs), unique_bytes(outputs), category,
-                supported=supported, kernels=kernels, permuted=streaming and is_permuted(inputs, outputs),
+                supported=supported, kernels=kernels, permuted=permuted,
+                read_amplification=read_amplification(inputs, outputs) if permuted else 1.0,
                 mixed_dtypes=has_mixed_dtypes(inputs), broadcast=broadcast,
                 broadcast_run=broadcast_run(inputs, outputs) if broadcast else 0)
 

@@ -85,7 +85,10 @@ class OpRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if func.namespace not in IGNORED_NAMESPACES:
-            self._record(OpCall(func, args, kwargs, out))
+            call = OpCall(func, args, kwargs, out)
+            for copy in REGISTRY.staged_copies(call):
+                self._record(copy, staged_for=str(func))
+            self._record(call)
         return out
 
     def count_module_call(self, module: torch.nn.Module, args: Any) -> None:
@@ -149,7 +152,9 @@ class OpRecorder(TorchDispatchMode):
                     return bwd if self.phase == "backward" else fwd
         return None
 
-    def _record(self, call: OpCall) -> None:
+    def _record(self, call: OpCall, staged_for: str = "") -> None:
+        """Add `call` as a node (or merge it into the fused node it belongs to); `staged_for`: the op whose
+        kernel makes this copy of its input (REGISTRY.staged_copies), "" for an op the model dispatched."""
         cost: Cost = REGISTRY.cost(call)
         module = self.current_module()
         op, backend = cuda_op_name(call.func, call.args, call.kwargs)
@@ -191,6 +196,7 @@ class OpRecorder(TorchDispatchMode):
             "row_count": cost.rows, "row_len": cost.row_len, "row_segment": cost.row_segment,
             "flops_skipped": float(cost.flops_skipped),
             "permuted": bool(cost.permuted),
+            "read_amplification": float(cost.read_amplification),
             "window": int(cost.window),
             "channels_last": bool(cost.channels_last),
             "gemm_plane": int(cost.gemm_plane),
@@ -203,6 +209,7 @@ class OpRecorder(TorchDispatchMode):
             "supported": bool(cost.supported),
             "free": cost.category == "view",
             "host_only": bool(cost.host_only),
+            "staged_for": staged_for,
             "fused_ops": 1,
             "module_calls": self._module_calls,
             "autocast": self.autocast,

@@ -194,6 +194,9 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     # time of 32-bit ones (one direct_copy_kernel either way; a 4096x4096 transpose took 123 us in bf16,
     # 138 us in fp32, data/kernels/H100-SXM-benchmarks.jsonl): its bytes understate a 16-bit one's time.
     f["permuted_lowp"] = f["permuted"] & lowp_data
+    # Which permutation: a transpose's blocks use a sliver of every sector they read and fetch it again
+    # for each block that needs the rest; a head transpose moves whole rows (benchmarks/kernel_facts.py).
+    f["log_read_amplification"] = np.where(f["permuted"], np.log2(np.maximum(table.read_amplification, 1.0)), 0.0)
     # How much of the counted work a causal kernel is priced to skip: per skipped FLOP a kernel saves less
     # than a FLOP's time (diagonal tiles are computed whole, each query tile pays a fixed epilogue).
     kept = np.divide(work_flops, table.flops, out=np.ones(n), where=table.flops > 0)

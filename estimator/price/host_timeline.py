@@ -35,12 +35,17 @@ class Timeline:
     device_busy_s: float
 
 
-def launch_costs(table: NodeTable, host_op_s: Mapping[str, float]) -> np.ndarray:
-    """Host seconds per node for its kernel launches after the first: `launch_<category>` where the
-    calibration measured that category's ops launching from a host loop, else the generic `launch`."""
+def launch_cost(table: NodeTable, host_op_s: Mapping[str, float]) -> np.ndarray:
+    """Host seconds per kernel launch of each node that follows its op's first: `launch_<category>` where
+    the calibration measured that category's ops launching from a host loop, else the generic `launch`."""
     generic = host_op_s.get("launch", 0.0)
     per_launch = {c: host_op_s.get(f"launch_{c}", generic) for c in np.unique(table.category)}
-    return np.where(table.free, 0.0, table.map_category(per_launch, generic) * np.maximum(table.kernels - 1, 0))
+    return table.map_category(per_launch, generic)
+
+
+def launch_costs(table: NodeTable, host_op_s: Mapping[str, float]) -> np.ndarray:
+    """Host seconds per node for its kernel launches after the first (launch_cost each)."""
+    return np.where(table.free, 0.0, launch_cost(table, host_op_s) * np.maximum(table.kernels - 1, 0))
 
 
 def host_parts(table: NodeTable, profile: Profile, launch: str, host_scale: float = 1.0) \
@@ -54,10 +59,14 @@ def host_parts(table: NodeTable, profile: Profile, launch: str, host_scale: floa
         return cost * host_scale, np.zeros(len(table))
     base = table.map_category(profile.host_op_s, profile.host_op_s["default"])
     lead = np.where(table.free | table.host_only, profile.host_only_op_s, base)
+    # A copy an op makes of its own input is launched from inside that op's C++ call: one more launch,
+    # no Python or dispatcher work of its own.
+    lead = np.where(table.staged, launch_cost(table, profile.host_op_s), lead)
     spread = launch_costs(table, profile.host_op_s)
     backward = np.where(table.phase == "backward", profile.host_backward_factor, 1.0)
+    dispatched = ~(table.free | table.host_only | table.staged)
     lead = (lead * backward + table.module_calls * profile.host_op_s.get("module_call", 0.0)
-            + (table.autocast & ~(table.free | table.host_only)) * profile.host_op_s.get("autocast", 0.0))
+            + (table.autocast & dispatched) * profile.host_op_s.get("autocast", 0.0))
     return lead * host_scale, spread * backward * host_scale
 
 

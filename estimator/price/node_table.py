@@ -36,6 +36,7 @@ class NodeTable:
     rowwise: np.ndarray       # (n, 2): independent rows, elements per row (row-wise ops; else 0)
     row_segment: np.ndarray   # elements per contiguous run of a row made of strided runs; 0 if contiguous
     permuted: np.ndarray      # bool: reads an input in another memory order than it writes (transposing copy)
+    read_amplification: np.ndarray  # sectors a permuted op's loop block reads / sectors its bytes fill (>= 1)
     window: np.ndarray        # sliding-window area of convolutions and pooling (kh * kw); 0 otherwise
     channels_last: np.ndarray # bool: a convolution on NHWC-stored activations
     gemm_plane: np.ndarray    # H * W of a 1x1 stride-1 ungrouped convolution (a GEMM over NCHW planes); else 0
@@ -50,6 +51,7 @@ class NodeTable:
     tensor_core: np.ndarray   # bool: FLOPs run on tensor cores (peak depends on the math mode)
     module_calls: np.ndarray  # Python nn.Module calls dispatched just before this node
     autocast: np.ndarray      # bool: dispatched with autocast on (mixed precision forward)
+    staged: np.ndarray        # bool: a copy an op makes of its own input inside its C++ call (staged_for)
 
     def __len__(self) -> int:
         return len(self.op)
@@ -80,6 +82,7 @@ class NodeTable:
                                dtype=float).reshape(len(rows), 2),
             row_segment=np.asarray(col("row_segment", 0), dtype=float),
             permuted=np.asarray(col("permuted", False), dtype=bool),
+            read_amplification=np.asarray(col("read_amplification", 1.0), dtype=float),
             window=np.asarray(col("window", 0), dtype=float),
             channels_last=np.asarray(col("channels_last", False), dtype=bool),
             gemm_plane=np.asarray(col("gemm_plane", 0), dtype=float),
@@ -94,6 +97,7 @@ class NodeTable:
             tensor_core=np.asarray([runs_on_tensor_cores(r) for r in rows], dtype=bool),
             module_calls=np.asarray(col("module_calls", 0), dtype=float),
             autocast=np.asarray(col("autocast", False), dtype=bool),
+            staged=np.asarray([bool(r.get("staged_for")) for r in rows], dtype=bool),
         )
 
 

@@ -168,9 +168,22 @@ def _predict_group(tkey: tuple, items: list[tuple[int, str, str, Any, bool]]) ->
             "energy_j": est.energy_j, "profile_source": est.profile_source, "profile_note": est.profile_note,
             "bound": est.bound}))
         if want_nodes:
-            pn = est.per_node
-            out["nodes"][idx] = list(zip(pn["op"].astype(str), pn["time_s"].astype(float)))
+            out["nodes"][idx] = ops_as_profiled(est.per_node)
     return out
+
+
+def ops_as_profiled(per_node: pd.DataFrame) -> list[tuple[str, float]]:
+    """(op, device s) per node as the profiler attributes time: a copy an op makes of its own input
+    (a staged node, recorded just before it) counts inside that op."""
+    ops: list[tuple[str, float]] = []
+    carried = 0.0
+    for op, t, staged in zip(per_node["op"].astype(str), per_node["time_s"].astype(float), per_node["staged"]):
+        if staged:
+            carried += t
+            continue
+        ops.append((op, t + carried))
+        carried = 0.0
+    return ops
 
 
 def predict_rows(rows: list[dict[str, Any]], *, jobs: int = 1,
