@@ -52,6 +52,7 @@ MIN_RESIDUAL_SHARE = 0.2        # measured time left after latency, as a floor f
 HOST_BOUND_MARGIN = 1.5        # measured / host dispatch cost below which a timing is host-limited
 HOST_PACED_MARGIN = 1.5         # elapsed / device-busy above which a host-paced row measured the host
 MIN_HOST_LAUNCH_ROWS = 4       # rows with distinct launch counts needed to split a host cost per launch
+POWER_BUSY_FRACTION = 0.8       # device-busy share of a power window's benchmark below which it is host-paced
 MIN_POOL_ROWS = 6               # training benchmarks an op (or op in one math mode) needs for a residual pool
 MIN_POINT_SCALE = 0.5           # smallest distance unit of a feature in a pool (feature units)
 POINT_CLIP_SIGMAS = 3.0         # residuals beyond this many of the fit's robust sigmas are clipped,
@@ -390,13 +391,25 @@ def fit_residual_points(samples: list[RowFeatures], fits: dict[str, ResidualFit]
     return out
 
 
+def busy_through_window(row: dict[str, Any]) -> bool:
+    """Whether a benchmark kept the GPU busy through its power window: not one whose host paces it (its
+    device-busy time under POWER_BUSY_FRACTION of its elapsed time: cuDNN's RNNs, foreach optimizer
+    steps) or whose nodes wait for the host (an output sized by the data). Their windows average busy
+    and idle power over gaps the regression on utilisation cannot see."""
+    busy, elapsed = row.get("busy_ms"), row.get("time_ms_median")
+    if isinstance(busy, (int, float)) and isinstance(elapsed, (int, float)) and busy < POWER_BUSY_FRACTION * elapsed:
+        return False
+    return not any(n.get("host_syncs", 0) for n in _device_nodes(row))
+
+
 def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_ratio: float) -> PowerFit | None:
-    """Bounded least squares of window power on (1, s(f)*u_tensor, s(f)*u_vector, u_memory) from measured utilisations."""
+    """Bounded least squares of window power on (1, s(f)*u_tensor, s(f)*u_vector, u_memory) from measured
+    utilisations, over the windows in which the GPU was busy throughout (busy_through_window)."""
     plain = roofline_profile()
     xs, ys = [], []
     for r in rows:
         p = r.get("avg_power_w")
-        if not r.get("reliable") or not isinstance(p, (int, float)) or p <= 0:
+        if not r.get("reliable") or not isinstance(p, (int, float)) or p <= 0 or not busy_through_window(r):
             continue
         nodes = _device_nodes(r)
         if not nodes:

@@ -357,3 +357,15 @@ def test_host_fit_scales_the_optimizers_launch_cost_with_the_optimizer_phase(mon
     assert fitted.host_op_s["optimizer"] == pytest.approx(2e-5 * true[2], rel=1e-3)
     assert fitted.host_op_s["launch_optimizer"] == pytest.approx(7e-6 * true[2], rel=1e-3)
     assert fitted.host_op_s["conv"] == pytest.approx(base.host_op_s["conv"] * true[0], rel=1e-3)
+
+
+def test_power_is_fitted_on_windows_the_gpu_was_busy_through():
+    """A host-paced benchmark (device busy well under its elapsed time) or one that waits for the host
+    averages idle gaps into its window: the power regression leaves it out, whatever its category."""
+    from calibration.fit import POWER_BUSY_FRACTION, busy_through_window
+    node = {"op": "aten.add.Tensor", "category": "elementwise", "host_syncs": 0}
+    plain = {"time_ms_median": 1.0, "nodes": [node]}
+    assert busy_through_window(plain)
+    assert busy_through_window({**plain, "busy_ms": 0.95})
+    assert not busy_through_window({**plain, "busy_ms": POWER_BUSY_FRACTION * 0.9})
+    assert not busy_through_window({**plain, "nodes": [{**node, "host_syncs": 1}]})
