@@ -208,7 +208,8 @@ def main() -> None:
     for gpu in GPUS:
         rows = _rows(gpu)
         print(f"== {gpu}")
-        for line in (causal_pairs(gpu, rows), copies(rows), permuted_reads(gpu, rows), nhwc_depthwise(rows), mixed_add(rows),
+        for line in (causal_pairs(gpu, rows), copies(rows), permuted_reads(gpu, rows), nhwc_depthwise(rows),
+                     mixed_add(rows),
                      odd_rows(rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
                      pointwise_planes(gpu, rows)):
             print("  " + line)

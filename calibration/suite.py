@@ -660,29 +660,25 @@ def _reduction_more(out: list[Benchmark]) -> None:
         for r, c in [(32768, 512), (2048, 4096), (131072, 64)]:
             _colsum(out, mode, r, c)
     for mode in ("fp32", "bf16"):
-        dt = DTYPES[mode]
         for r, c in [(4 * 12 * 1024, 1024), (8 * 16 * 577, 577), (32 * 8 * 256, 256)]:
-            def leaves(device: torch.device, seed: int, i: int, r=r, c=c, dt=dt) -> tuple:
-                return (_randn((_d(r, device), _d(c, device)), dt, device, seed, i),)
-
-            def fwd(x: torch.Tensor) -> torch.Tensor:
-                return F.softmax(x, -1)
-            nb = 2.0 * r * c * dt.itemsize
-            _fwd_bwd(out, "softmax", f"{mode}_{r}x{c}", "reduction", "softmax",
-                     {"dtype": mode, "rows": r, "cols": c}, fwd, leaves, 1,
-                     _est(5.0 * r * c, nb), _est(3.0 * r * c, 1.5 * nb))
+            _softmax_rows(out, mode, r, c)
     # Session 11: softmax over the 49 (7x7) keys of Swin's window attention, millions of short odd rows
     for mode, r in [("fp32", 8192 * 3 * 49), ("fp32", 512 * 12 * 49), ("bf16", 2048 * 6 * 49)]:
-        dt = DTYPES[mode]
+        _softmax_rows(out, mode, r, 49)
 
-        def leaves49(device: torch.device, seed: int, i: int, r=r, dt=dt) -> tuple:
-            return (_randn((_d(r, device), _d(49, device)), dt, device, seed, i),)
 
-        def fwd49(x: torch.Tensor) -> torch.Tensor:
-            return F.softmax(x, -1)
-        nb = 2.0 * r * 49 * dt.itemsize
-        _fwd_bwd(out, "softmax", f"{mode}_{r}x49", "reduction", "softmax", {"dtype": mode, "rows": r, "cols": 49},
-                 fwd49, leaves49, 1, _est(5.0 * r * 49, nb), _est(3.0 * r * 49, 1.5 * nb))
+def _softmax_rows(out: list[Benchmark], mode: str, r: int, c: int) -> None:
+    """Softmax over the last dimension of an r x c matrix, forward and backward."""
+    dt = DTYPES[mode]
+
+    def leaves(device: torch.device, seed: int, i: int) -> tuple:
+        return (_randn((_d(r, device), _d(c, device)), dt, device, seed, i),)
+
+    def fwd(x: torch.Tensor) -> torch.Tensor:
+        return F.softmax(x, -1)
+    nb = 2.0 * r * c * dt.itemsize
+    _fwd_bwd(out, "softmax", f"{mode}_{r}x{c}", "reduction", "softmax", {"dtype": mode, "rows": r, "cols": c},
+             fwd, leaves, 1, _est(5.0 * r * c, nb), _est(3.0 * r * c, 1.5 * nb))
 
 
 def _norm(out: list[Benchmark]) -> None:

@@ -16,8 +16,8 @@ import torch
 from torch.utils.flop_counter import conv_flop_count, flop_registry
 
 from .registry import (
-    REGISTRY, Cost, OpCall, by_category, expanded_run, generic_cost, is_channels_last, iter_ops, mark_free, reduced_rows,
-    register_cost, tensors, unique_bytes,
+    REGISTRY, Cost, OpCall, by_category, expanded_run, generic_cost, is_channels_last, iter_ops, mark_free,
+    reduced_rows, register_cost, tensors, unique_bytes,
 )
 
 aten = torch.ops.aten

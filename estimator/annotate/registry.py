@@ -306,10 +306,14 @@ def is_permuted(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> bool
             continue
         for t in inputs:
             if t.shape == out.shape and storage_key(t) != storage_key(out):
-                other = layout_order(t)
-                if other is not None and (other != order or not is_dense(t) or not is_dense(out)):
+                if layout_order(t) is not None and (reads_strided(t, order) or not is_dense(out)):
                     return True
     return False
+
+
+def reads_strided(t: torch.Tensor, order: tuple[int, ...]) -> bool:
+    """Whether `t` (not broadcast), read in memory `order`, is laid out in another order or has gaps."""
+    return layout_order(t) != order or not is_dense(t)
 
 
 # TensorIterator's strided (non-vectorised) loop gives each block of 128 threads 4 consecutive output
@@ -330,8 +334,7 @@ def read_amplification(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) 
     order = layout_order(out) if out is not None else None
     if not order:
         return 1.0
-    permuted = [t for t in inputs if t.shape == out.shape and layout_order(t) is not None
-                and (layout_order(t) != order or not is_dense(t))]
+    permuted = [t for t in inputs if t.shape == out.shape and layout_order(t) is not None and reads_strided(t, order)]
     if not permuted:
         return 1.0
     sizes = [int(out.shape[d]) for d in order]
