@@ -6,7 +6,8 @@ Reads data/calibration/<GPU>.jsonl (single-op benchmarks) and data/kernels/H100-
 (per-kernel profiles of whole steps) and prints, per GPU: causal / non-causal SDPA time ratios and how
 well `executed_flops` prices them, transposing-copy and cast bandwidth, NHWC / NCHW depthwise
 convolution time ratios, the mixed-dtype add against a same-dtype one, layer norms over rows that are
-not a multiple of 4 elements, casts that write more than they read, RNN elapsed against device-busy
+not a multiple of 4 elements, reductions of short rows, few long columns and whole tensors against
+their roofline, casts that write more than they read, RNN elapsed against device-busy
 time, 1x1 convolutions against the memory roofline per plane size, and the share of VGG-16's bf16 inference spent in the broadcast bias adds after its convolutions.
 """
 from __future__ import annotations
@@ -111,6 +112,22 @@ def odd_rows(rows: dict[str, dict]) -> str:
     return "layer norm over 16384 rows, time per element with 50 vs 64 elements per row: " + ", ".join(out)
 
 
+def reductions(gpu: str, rows: dict[str, dict]) -> str:
+    """Reductions against their memory roofline: short contiguous rows, few long columns, and the fixed
+    cost of a full reduction whatever its dtype (estimator/price/reduce_launch.py)."""
+    from estimator.catalog import get_gpu
+    bw = get_gpu(gpu).memory_bandwidth_bytes_per_s
+
+    def x_roof(name: str) -> float:
+        return _us(rows[name]) / (_moved_bytes(rows[name]) / bw * 1e6)
+    short = {n: x_roof(n) for n in ("reduce_sum_fp32_1048576x32_dim-1", "adaptive_avgpool_fp32_n32_c2048_hw7")}
+    columns = {n: x_roof(n) for n in ("colsum_fp32_131072x64", "colsum_fp32_50176x96", "colsum_fp32_16384x3072")}
+    full = {n: _us(rows[n]) for n in ("reduce_sum_all_fp32_n1048576", "reduce_sum_all_bf16_n1048576")}
+    show = lambda d, f: ", ".join(f"{n} {f.format(v)}" for n, v in d.items())  # noqa: E731
+    return (f"reductions, time / memory roofline: short rows {show(short, '{:.1f}x')}; columns "
+            f"{show(columns, '{:.1f}x')}; full reductions {show(full, '{:.1f} us')}")
+
+
 def write_heavy_casts(rows: dict[str, dict]) -> str:
     ratios = [_us(r) / _us(rows[n.replace("bf16_to_fp32", "fp32_to_bf16")]) for n, r in rows.items()
               if n.startswith("cast_bf16_to_fp32") and _us(r) > 10 and n.replace("bf16_to_fp32", "fp32_to_bf16") in rows]
@@ -210,7 +227,7 @@ def main() -> None:
         print(f"== {gpu}")
         for line in (causal_pairs(gpu, rows), copies(rows), permuted_reads(gpu, rows), nhwc_depthwise(rows),
                      mixed_add(rows),
-                     odd_rows(rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
+                     odd_rows(rows), reductions(gpu, rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
                      pointwise_planes(gpu, rows)):
             print("  " + line)
     print(persistent_rnn_steps())

@@ -32,6 +32,7 @@ from estimator.price.host_timeline import launch_costs
 from estimator.price.node_table import NodeTable
 from estimator.price.power import dram_bytes, voltage_ratio
 from estimator.price.profile_choice import roofline_profile
+from estimator.price.reduce_launch import device_kernels
 from estimator.profile import (PROFILE_SCHEMA, RESIDUAL_FEATURES, PowerFit, Profile, ResidualFit, ResidualPoints,
                                mode_key, prior_profile, profile_from_json)
 from estimator.report.accuracy import busy_spans_annotations, latest_per_config, trace_config, trace_key
@@ -145,7 +146,7 @@ def _cost_per_event(rows: list[dict[str, Any]], gpu: GPUSpec, field: str, fixed_
 
 def host_sync_s(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float, fallback: float | None) -> float | None:
     """GPU idle per host synchronisation inside an op (s), beyond kernel latency and roofline."""
-    return _cost_per_event(rows, gpu, "host_syncs", lambda t: float(t.kernels.sum()) * latency_s, fallback)
+    return _cost_per_event(rows, gpu, "host_syncs", lambda t: float(device_kernels(t, gpu).sum()) * latency_s, fallback)
 
 
 def grid_sync_s(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float, sync_s: float,
@@ -153,7 +154,7 @@ def grid_sync_s(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float, sync
     """Device time per grid-wide barrier inside a kernel (s; a step of a persistent recurrent kernel),
     beyond kernel latency, host synchronisations and roofline."""
     return _cost_per_event(rows, gpu, "grid_syncs",
-                           lambda t: float(t.kernels.sum()) * latency_s + float(t.host_syncs.sum()) * sync_s,
+                           lambda t: float(device_kernels(t, gpu).sum()) * latency_s + float(t.host_syncs.sum()) * sync_s,
                            fallback)
 
 
@@ -241,7 +242,7 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
         if total_roof <= 0:
             continue
         measured = measured_device_s(r)
-        fixed = (float(table.kernels.sum()) * latency_s + float(table.host_syncs.sum()) * sync_s
+        fixed = (float(device_kernels(table, gpu).sum()) * latency_s + float(table.host_syncs.sum()) * sync_s
                  + float(table.grid_syncs.sum()) * grid_s)
         after_latency = max(measured - fixed, MIN_RESIDUAL_SHARE * measured)
         cats = table.category

@@ -11,7 +11,7 @@ import torch
 import estimator
 from estimator.catalog import get_gpu
 from estimator.errors import GraphNotAnnotatedError
-from estimator.price.device_time import device_times
+from estimator.price.device_time import OVERHEAD_SCALE_S, device_times
 from estimator.price.host_timeline import simulate
 from estimator.price.node_table import NodeTable
 from estimator.profile import mode_key, prior_profile
@@ -476,12 +476,17 @@ def test_head_dim_and_row_overhead_features():
     f = _features_of([{**attn, "gemm_k": 64}, {**attn, "gemm_k": 128},
                       {**norm, "row_count": 16384, "row_len": 64}, {**norm, "row_count": 64, "row_len": 16384},
                       {**norm, "category": "reduction", "op": "aten.sum.dim_IntList", "row_count": 16384,
-                       "row_len": 64}])
+                       "row_len": 64, "reduce_kernel": True},
+                      {**norm, "category": "reduction", "op": "aten.sum.dim_IntList", "row_count": 16384,
+                       "row_len": 64, "row_segment": 1, "reduce_kernel": True}])
     assert list(f["log_head_dim"][:2]) == [-1.0, 0.0] and not f["log_head_dim"][2:].any()
     many, few = f["log_row_overhead"][2], f["log_row_overhead"][3]
     assert many > few > 0.0          # same bytes, 256x the rows: more fixed per-row work per byte
-    assert f["log_row_overhead"][4] == 0.0 and not f["log_row_overhead"][:2].any()
-    assert few == pytest.approx(math.log1p(1e-7 / (8e6 / gpu.memory_bandwidth_bytes_per_s)))
+    # A reduction's warp per row costs less than a norm's block per row; a column sum has lanes for outputs.
+    assert many > f["log_row_overhead"][4] > 0.0 and f["log_row_overhead"][5] == 0.0
+    assert not f["log_row_overhead"][:2].any()
+    roof = 8e6 / gpu.memory_bandwidth_bytes_per_s
+    assert few == pytest.approx(math.log1p(1e-7 / (roof + OVERHEAD_SCALE_S)))
 
 
 def test_host_paced_node_overlaps_its_launches():

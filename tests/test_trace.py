@@ -701,6 +701,16 @@ def test_reductions_record_the_contiguous_run_of_their_rows(reduce, rows, run):
     graph = trace(Reduce(), (torch.empty(32, 36),))
     node, = [d for _, d in graph.nodes(data=True) if d["row_count"]]
     assert (node["row_count"], node["row_len"], node["row_segment"]) == (*rows, run)
+    assert node["reduce_kernel"]       # all run ATen's generic reduction kernel
+
+
+def test_softmax_and_losses_are_not_priced_as_the_generic_reduction_kernel():
+    class Loss(torch.nn.Module):
+        def forward(self, x, y):
+            return torch.nn.functional.cross_entropy(x.softmax(-1), y)
+    graph = trace(Loss(), (torch.empty(32, 36), torch.zeros(32, dtype=torch.long)))
+    rowwise = [d for _, d in graph.nodes(data=True) if d["row_count"]]
+    assert rowwise and not any(d["reduce_kernel"] for d in rowwise)
 
 
 def test_batch_norm_rows_of_channels_last_or_single_sample_data_are_contiguous():

@@ -423,14 +423,23 @@ register_cost(*iter_ops(["_softmax", "_log_softmax", "_safe_softmax"]))(
     by_category("reduction", flops_per_input=5.0, rows=_dim_rows(1)))
 register_cost(*iter_ops(["_softmax_backward_data", "_log_softmax_backward_data"]))(
     by_category("reduction", flops_per_input=3.0, rows=_dim_rows(2)))
+_REDUCED_ROWS = by_category("reduction", flops_per_input=1.0, rows=reduced_rows)
+
+
+def _reduce_kernel(call: OpCall) -> Cost:
+    return replace(_REDUCED_ROWS(call), reduce_kernel=True)
+
+
 register_cost(*iter_ops([
     "sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "prod", "all", "any", "norm",
-    "linalg_vector_norm", "logsumexp", "cumsum", "cumprod", "var", "std", "var_mean", "std_mean",
-    "nansum", "count_nonzero", "aminmax", "topk", "sort", "nll_loss_forward", "nll_loss2d_forward",
+    "linalg_vector_norm", "var", "std", "var_mean", "std_mean", "nansum", "aminmax",
+]))(_reduce_kernel)
+register_cost(*iter_ops([
+    "logsumexp", "cumsum", "cumprod", "count_nonzero", "topk", "sort", "nll_loss_forward", "nll_loss2d_forward",
     "nll_loss_backward", "nll_loss2d_backward", "mse_loss", "mse_loss_backward", "smooth_l1_loss",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "huber_loss", "kl_div",
     "_cdist_forward", "dist", "trace", "median", "kthvalue", "mode",
-]))(by_category("reduction", flops_per_input=1.0, rows=reduced_rows))
+]))(_REDUCED_ROWS)
 
 
 # ---------------------------------------------------------------- pooling and resampling

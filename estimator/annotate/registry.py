@@ -72,6 +72,9 @@ class Cost:
         the kernels it launches after each wait start on an idle GPU.
     grid_syncs: grid-wide barriers inside the op's kernels, where every block waits for the others (a
         persistent recurrent kernel meets once per time step): serial steps a roofline does not see.
+    reduce_kernel: the op runs ATen's generic reduction kernel (Reduce.cuh: sum, mean, amax, var, ...),
+        whose launch over the GPU follows from its rows alone (estimator.price.reduce_launch); softmax
+        and the losses reduce rows with kernels of their own.
     """
 
     flops: float
@@ -97,6 +100,7 @@ class Cost:
     broadcast_run: int = 0
     host_syncs: int = 0
     grid_syncs: int = 0
+    reduce_kernel: bool = False
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:

@@ -205,6 +205,7 @@ class OpRecorder(TorchDispatchMode):
             "broadcast_run": int(cost.broadcast_run),
             "host_syncs": int(cost.host_syncs),
             "grid_syncs": int(cost.grid_syncs) if not fused else self._fused_grid_syncs(),
+            "reduce_kernel": bool(cost.reduce_kernel),
             "kernels": cost.kernels if not fused else self._fused_kernels(cost, category),
             "supported": bool(cost.supported),
             "free": cost.category == "view",

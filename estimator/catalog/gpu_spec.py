@@ -61,6 +61,13 @@ ARCHITECTURES: tuple[str, ...] = (
     "kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell",
 )
 
+#: Resident threads per SM by compute capability: a fact of the architecture, not of one product
+#: (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability").
+MAX_THREADS_PER_SM: dict[str, int] = {"3.7": 2048, "5.0": 2048, "5.2": 2048, "6.0": 2048, "6.1": 2048,
+                                      "7.0": 2048, "7.5": 1024, "8.0": 2048, "8.6": 1536, "8.7": 2048,
+                                      "8.9": 1536, "9.0": 2048, "10.0": 2048, "12.0": 1536}
+DEFAULT_THREADS_PER_SM = 2048
+
 # Required scalar numeric fields (JSON number, > 0).
 _NUMERIC_FIELDS: tuple[str, ...] = (
     "sm_count",
@@ -158,6 +165,11 @@ class GPUSpec:
     def memory_bandwidth_bytes_per_s(self) -> float:
         """Peak DRAM bandwidth in bytes/s (independent of the SM clock)."""
         return self.memory_bandwidth_gb_s * 1e9
+
+    @property
+    def max_threads_per_sm(self) -> int:
+        """Threads one SM holds at once (from the compute capability; 2048 where it is not listed)."""
+        return MAX_THREADS_PER_SM.get(self.compute_capability, DEFAULT_THREADS_PER_SM)
 
     @property
     def memory_bytes(self) -> float:

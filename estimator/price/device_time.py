@@ -21,6 +21,7 @@ from ..catalog import GPUSpec
 from ..profile import RESIDUAL_FEATURES, Profile, ResidualFit, mode_key, op_keys, prior_profile
 from .local_correction import local_corrections
 from .node_table import NodeTable, map_values
+from .reduce_launch import device_kernels, reduce_launches
 
 # What a GPU without a hardware path for a math mode runs instead (cuBLAS/cuDNN fall back).
 MATH_MODE_FALLBACK = {"fp8": "fp16", "int8": "fp16", "bf16": "fp32", "fp16": "fp32", "tf32": "fp32",
@@ -55,14 +56,22 @@ NARROW_DIM = 64
 # benchmarks/cross_validate.py (norm 13.7/13.4 % -> 10.4/11.3 % with log_row_segment, H100/H200).
 # log_row_segment = log2(contiguous run / ROW_SEGMENT_REF), capped at 0, is for rows made of strided
 # runs: batch norm over NCHW planes reads 7x7 planes at about a third of the bandwidth of 14x14, and a
-# column reduction (dim 0) runs another kernel strategy than a row reduction of the same shape. For norms,
-# log_row_overhead = log(1 + ceil(rows / SMs) * ROW_OVERHEAD_S / roofline) is the fixed cost of each row's
-# block against the time the bytes take (a 16384 x 64 layer norm runs at a tenth of the bandwidth).
+# column reduction (dim 0) runs another kernel strategy than a row reduction of the same shape.
+# log_row_overhead = log(1 + ceil(rows / SMs) * ROW_OVERHEAD_S / (roofline + OVERHEAD_SCALE_S)) is the fixed
+# cost of each row against the time the bytes and the kernel's own fixed cost take (a 16384 x 64 layer norm
+# runs at a tenth of the bandwidth). A norm gives each row a block; a TensorIterator reduction of short
+# contiguous rows gives each a warp (a 1048576 x 32 sum takes 5.4x its roofline on the H100, a 65536 x 49
+# mean 4.6x: benchmarks/kernel_facts.py; benchmarks/cross_validate.py: reduction 11.3/11.6 -> 9.0/10.3 %, norm
+# 9.8/10.0 -> 9.6/9.9 %, H100/H200).
 ROW_LEN_REF = 1024
 ROW_BLOCKS_PER_SM = {"norm": 4.0}
 ROW_SEGMENT_REF = 256
 BROADCAST_RUN_REF = 256
-ROW_OVERHEAD_S = 1e-7
+ROW_OVERHEAD_S = {"norm": 1e-7, "reduction": 3e-8}
+# One serial step of a split reduction's global-memory finish (an L2 round trip); log_reduce_tail =
+# log(1 + steps * REDUCE_STEP_S / (roofline + OVERHEAD_SCALE_S)). benchmarks/cross_validate.py with the
+# launch features (fill, memset, tail): reduction 9.0/10.3 -> 7.4/8.5 %, H100/H200.
+REDUCE_STEP_S = 2.5e-7
 ROW_VECTOR = 4
 # The fitted correction never makes an op faster than its roofline at catalogue peaks (a physical
 # bound for DRAM-resident data), nor more than 500x slower (a one-row layer norm of a few KB takes ~100x its
@@ -183,9 +192,16 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     f["log_overhead"] = np.clip(np.log1p(OVERHEAD_SCALE_S / np.maximum(roofline_s, 1e-12)), 0.0, 10.0)
     inner = np.maximum(np.minimum(nn, k), 1.0)
     f["log_narrow"] = np.where(is_gemm, np.minimum(np.log2(inner / NARROW_DIM), 0.0), 0.0)
-    f["log_row_len"] = np.where(rowwise, np.clip(np.log2(np.maximum(row_len, 1.0) / ROW_LEN_REF), -10.0, 10.0), 0.0)
+    row_len_rel = np.clip(np.log2(np.maximum(row_len, 1.0) / ROW_LEN_REF), -10.0, 10.0)
+    # ATen's reduction kernel splits a long row over warps and blocks (its launch fill and global finish
+    # are features of their own), so only a short row's fixed work per byte is left to this feature.
+    f["log_row_len"] = np.where(rowwise, np.where(table.reduce_kernel, np.minimum(row_len_rel, 0.0), row_len_rel), 0.0)
     blocks = gpu.sm_count * table.map_category(ROW_BLOCKS_PER_SM, 1.0)
-    f["log_row_fill"] = np.where(rowwise, np.minimum(np.log2(np.maximum(rows, 1.0) / blocks), 0.0), 0.0)
+    # ATen's reduction kernel fills the GPU as its launch says (it splits few rows over many blocks).
+    launch_fill, _, final_steps = reduce_launches(table, gpu)
+    row_fill = np.where(table.reduce_kernel, np.log2(np.maximum(launch_fill, 1e-6)),
+                        np.minimum(np.log2(np.maximum(rows, 1.0) / blocks), 0.0))
+    f["log_row_fill"] = np.where(rowwise, row_fill, 0.0)
     segmented = rowwise & (table.row_segment > 0)
     f["log_row_segment"] = np.where(segmented, np.clip(np.log2(np.maximum(table.row_segment, 1.0) / ROW_SEGMENT_REF),
                                                        -4.0, 0.0), 0.0)
@@ -209,9 +225,13 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     # A flash-attention tile's work per byte loaded grows with the head dimension (its GEMMs' K).
     attention = table.category == "attention"
     f["log_head_dim"] = np.where(attention, np.clip(np.log2(np.maximum(k, 1.0) / HEAD_DIM_REF), -3.0, 1.0), 0.0)
-    row_time = np.ceil(np.maximum(rows, 1.0) / gpu.sm_count) * ROW_OVERHEAD_S
-    f["log_row_overhead"] = np.where(rowwise & (table.category == "norm"),
-                                     np.clip(np.log1p(row_time / np.maximum(roofline_s, 1e-12)), 0.0, 10.0), 0.0)
+    row_time = np.ceil(np.maximum(rows, 1.0) / gpu.sm_count) * table.map_category(ROW_OVERHEAD_S, 0.0)
+    # A column reduction (strided rows) maps outputs to lanes and pays no per-row reduction.
+    per_row = rowwise & ((table.category == "norm") | (table.row_segment == 0))
+    f["log_row_overhead"] = np.where(per_row, np.clip(np.log1p(row_time / (roofline_s + OVERHEAD_SCALE_S)), 0.0, 10.0), 0.0)
+    # The block that finishes a split reduction adds the partial results in turn, each a round trip to L2:
+    # column sums over few, long columns take 3-6x their roofline (estimator.price.reduce_launch).
+    f["log_reduce_tail"] = np.clip(np.log1p(final_steps * REDUCE_STEP_S / (roofline_s + OVERHEAD_SCALE_S)), 0.0, 10.0)
     f["mixed_dtypes"] = table.mixed_dtypes & ~table.tensor_core
     f["broadcast"] = table.broadcast & ~table.tensor_core
     # A broadcast op re-reads the expanded value at every run of it: a per-channel scale over 7x7 planes
@@ -310,7 +330,7 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
     sync_s = profile.host_sync_s if profile.host_sync_s is not None else prior_profile().host_sync_s
     grid_s = profile.grid_sync_s if profile.grid_sync_s is not None else prior_profile().grid_sync_s
-    latency = np.where(active, table.kernels * lat_per_kernel + table.host_syncs * (sync_s or 0.0)
+    latency = np.where(active, device_kernels(table, gpu) * lat_per_kernel + table.host_syncs * (sync_s or 0.0)
                        + table.grid_syncs * (grid_s or 0.0), 0.0)
     corrected = np.where(active, roof * np.exp(log_eff), 0.0)
     device = latency + corrected

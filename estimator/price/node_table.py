@@ -45,6 +45,7 @@ class NodeTable:
     broadcast_run: np.ndarray # output elements over which the expanded tensor keeps one value; 0 if none
     host_syncs: np.ndarray    # times the op waits on the host for a value from the GPU
     grid_syncs: np.ndarray    # grid-wide barriers inside its kernels (a persistent RNN's steps)
+    reduce_kernel: np.ndarray # bool: runs ATen's generic reduction kernel (launch: estimator.price.reduce_launch)
     free: np.ndarray          # bool: metadata-only, no kernel, no host dispatch worth pricing
     host_only: np.ndarray     # bool: runs on the CPU only
     supported: np.ndarray     # bool
@@ -91,6 +92,7 @@ class NodeTable:
             broadcast_run=np.asarray(col("broadcast_run", 0), dtype=float),
             host_syncs=np.asarray(col("host_syncs", 0), dtype=float),
             grid_syncs=np.asarray(col("grid_syncs", 0), dtype=float),
+            reduce_kernel=np.asarray(col("reduce_kernel", False), dtype=bool),
             free=np.asarray(col("free", False), dtype=bool),
             host_only=np.asarray(col("host_only", False), dtype=bool),
             supported=np.asarray(col("supported", True), dtype=bool),
