@@ -154,7 +154,8 @@ def grid_sync_s(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float, sync
     """Device time per grid-wide barrier inside a kernel (s; a step of a persistent recurrent kernel),
     beyond kernel latency, host synchronisations and roofline."""
     return _cost_per_event(rows, gpu, "grid_syncs",
-                           lambda t: float(device_kernels(t, gpu).sum()) * latency_s + float(t.host_syncs.sum()) * sync_s,
+                           lambda t: (float(device_kernels(t, gpu).sum()) * latency_s
+                                      + float(t.host_syncs.sum()) * sync_s),
                            fallback)
 
 

@@ -195,7 +195,8 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     row_len_rel = np.clip(np.log2(np.maximum(row_len, 1.0) / ROW_LEN_REF), -10.0, 10.0)
     # ATen's reduction kernel splits a long row over warps and blocks (its launch fill and global finish
     # are features of their own), so only a short row's fixed work per byte is left to this feature.
-    f["log_row_len"] = np.where(rowwise, np.where(table.reduce_kernel, np.minimum(row_len_rel, 0.0), row_len_rel), 0.0)
+    f["log_row_len"] = np.where(rowwise, np.where(table.reduce_kernel, np.minimum(row_len_rel, 0.0), row_len_rel),
+                                0.0)
     blocks = gpu.sm_count * table.map_category(ROW_BLOCKS_PER_SM, 1.0)
     # ATen's reduction kernel fills the GPU as its launch says (it splits few rows over many blocks).
     launch_fill, _, final_steps = reduce_launches(table, gpu)
@@ -228,10 +229,11 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     row_time = np.ceil(np.maximum(rows, 1.0) / gpu.sm_count) * table.map_category(ROW_OVERHEAD_S, 0.0)
     # A column reduction (strided rows) maps outputs to lanes and pays no per-row reduction.
     per_row = rowwise & ((table.category == "norm") | (table.row_segment == 0))
-    f["log_row_overhead"] = np.where(per_row, np.clip(np.log1p(row_time / (roofline_s + OVERHEAD_SCALE_S)), 0.0, 10.0), 0.0)
+    fixed_and_bytes = roofline_s + OVERHEAD_SCALE_S
+    f["log_row_overhead"] = np.where(per_row, np.clip(np.log1p(row_time / fixed_and_bytes), 0.0, 10.0), 0.0)
     # The block that finishes a split reduction adds the partial results in turn, each a round trip to L2:
-    # column sums over few, long columns take 3-6x their roofline (estimator.price.reduce_launch).
-    f["log_reduce_tail"] = np.clip(np.log1p(final_steps * REDUCE_STEP_S / (roofline_s + OVERHEAD_SCALE_S)), 0.0, 10.0)
+    # column sums over 64 or 96 long columns take 4.5-5.9x their roofline (benchmarks/kernel_facts.py).
+    f["log_reduce_tail"] = np.clip(np.log1p(final_steps * REDUCE_STEP_S / fixed_and_bytes), 0.0, 10.0)
     f["mixed_dtypes"] = table.mixed_dtypes & ~table.tensor_core
     f["broadcast"] = table.broadcast & ~table.tensor_core
     # A broadcast op re-reads the expanded value at every run of it: a per-channel scale over 7x7 planes
