@@ -27,12 +27,11 @@ from scipy.optimize import lsq_linear
 from estimator.catalog import GPUSpec, get_gpu
 from estimator.errors import ProfileError
 from estimator.jsonl import read_jsonl
-from estimator.price.device_time import RESIDUAL_CLIP, device_times, fit_key, fit_keys, within_fit_range
+from estimator.price.device_time import RESIDUAL_CLIP, DeviceTimes, device_times, fit_key, fit_keys, within_fit_range
 from estimator.price.host_timeline import launch_costs
 from estimator.price.node_table import NodeTable
 from estimator.price.power import dram_bytes, voltage_ratio
 from estimator.price.profile_choice import roofline_profile
-from estimator.price.reduce_launch import device_kernels
 from estimator.profile import (PROFILE_SCHEMA, RESIDUAL_FEATURES, PowerFit, Profile, ResidualFit, ResidualPoints,
                                mode_key, prior_profile, profile_from_json)
 from estimator.report.accuracy import busy_spans_annotations, latest_per_config, trace_config, trace_key
@@ -124,11 +123,11 @@ def kernel_latency_s(rows: list[dict[str, Any]]) -> float:
 SYNC_ROOF_SHARE = 0.2           # benchmarks whose roofline is below this share of their time give the sync cost
 
 
-def _cost_per_event(rows: list[dict[str, Any]], gpu: GPUSpec, field: str, fixed_s: Callable[[NodeTable], float],
-                    fallback: float | None) -> float | None:
+def _cost_per_event(rows: list[dict[str, Any]], gpu: GPUSpec, field: str,
+                    fixed_s: Callable[[NodeTable, DeviceTimes], float], fallback: float | None) -> float | None:
     """Fixed device time per counted event of node field `field` (s): the median, over the fitting
     (not held-out) benchmarks that have such events and whose time is mostly fixed cost, of their time
-    beyond `fixed_s(table)` and the roofline per event; `fallback` where no benchmark qualifies."""
+    beyond `fixed_s(table, times)` and the roofline per event; `fallback` where no benchmark qualifies."""
     plain = roofline_profile()
     per_event = []
     for r in rows:
@@ -137,16 +136,18 @@ def _cost_per_event(rows: list[dict[str, Any]], gpu: GPUSpec, field: str, fixed_
         if not events or r.get("holdout") or r.get("kind") in ("latency", "host_dispatch"):
             continue
         table = NodeTable.from_records(nodes)
-        roof = float(device_times(table, gpu, _row_clock(r, gpu), plain)[0].roofline_s.sum())
+        times = device_times(table, gpu, _row_clock(r, gpu), plain)[0]
+        roof = float(times.roofline_s.sum())
         measured = measured_device_s(r)
         if roof <= SYNC_ROOF_SHARE * measured:
-            per_event.append((measured - fixed_s(table) - roof) / events)
+            per_event.append((measured - fixed_s(table, times) - roof) / events)
     return float(max(np.median(per_event), 0.0)) if per_event else fallback
 
 
 def host_sync_s(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float, fallback: float | None) -> float | None:
     """GPU idle per host synchronisation inside an op (s), beyond kernel latency and roofline."""
-    return _cost_per_event(rows, gpu, "host_syncs", lambda t: float(device_kernels(t, gpu).sum()) * latency_s, fallback)
+    return _cost_per_event(rows, gpu, "host_syncs", lambda t, times: float(times.kernels.sum()) * latency_s,
+                           fallback)
 
 
 def grid_sync_s(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float, sync_s: float,
@@ -154,8 +155,7 @@ def grid_sync_s(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float, sync
     """Device time per grid-wide barrier inside a kernel (s; a step of a persistent recurrent kernel),
     beyond kernel latency, host synchronisations and roofline."""
     return _cost_per_event(rows, gpu, "grid_syncs",
-                           lambda t: (float(device_kernels(t, gpu).sum()) * latency_s
-                                      + float(t.host_syncs.sum()) * sync_s),
+                           lambda t, times: float(times.kernels.sum()) * latency_s + float(t.host_syncs.sum()) * sync_s,
                            fallback)
 
 
@@ -243,7 +243,7 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
         if total_roof <= 0:
             continue
         measured = measured_device_s(r)
-        fixed = (float(device_kernels(table, gpu).sum()) * latency_s + float(table.host_syncs.sum()) * sync_s
+        fixed = (float(times.kernels.sum()) * latency_s + float(table.host_syncs.sum()) * sync_s
                  + float(table.grid_syncs.sum()) * grid_s)
         after_latency = max(measured - fixed, MIN_RESIDUAL_SHARE * measured)
         cats = table.category

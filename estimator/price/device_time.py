@@ -21,7 +21,7 @@ from ..catalog import GPUSpec
 from ..profile import RESIDUAL_FEATURES, Profile, ResidualFit, mode_key, op_keys, prior_profile
 from .local_correction import local_corrections
 from .node_table import NodeTable, map_values
-from .reduce_launch import device_kernels, reduce_launches
+from .reduce_launch import NodeLaunches, reduce_launches
 
 # What a GPU without a hardware path for a math mode runs instead (cuBLAS/cuDNN fall back).
 MATH_MODE_FALLBACK = {"fp8": "fp16", "int8": "fp16", "bf16": "fp32", "fp16": "fp32", "tf32": "fp32",
@@ -96,6 +96,7 @@ class DeviceTimes:
     effective_mode: np.ndarray        # math mode priced (after fallbacks)
     work_flops: np.ndarray            # FLOP the kernels spend time on (see executed_flops)
     bound: np.ndarray                 # "compute" | "memory" | "latency" | "none"
+    kernels: np.ndarray               # device operations per node: its kernels and a split reduction's memset
     features: np.ndarray              # (n, len(RESIDUAL_FEATURES)) residual regressors, all of them
 
 
@@ -156,7 +157,7 @@ def executed_flops(table: NodeTable, gpu: GPUSpec, mode: np.ndarray) -> np.ndarr
 
 
 def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np.ndarray,
-                      roofline_s: np.ndarray, work_flops: np.ndarray) -> np.ndarray:
+                      roofline_s: np.ndarray, work_flops: np.ndarray, launches: NodeLaunches) -> np.ndarray:
     """Feature matrix (n, len(RESIDUAL_FEATURES)), columns in RESIDUAL_FEATURES order; every feature is
     normalised to the GPU so a fit transfers between GPUs (intensity relative to the ridge point,
     waves relative to the SM count)."""
@@ -199,8 +200,7 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
                                 0.0)
     blocks = gpu.sm_count * table.map_category(ROW_BLOCKS_PER_SM, 1.0)
     # ATen's reduction kernel fills the GPU as its launch says (it splits few rows over many blocks).
-    launch_fill, _, final_steps = reduce_launches(table, gpu)
-    row_fill = np.where(table.reduce_kernel, np.log2(np.maximum(launch_fill, 1e-6)),
+    row_fill = np.where(table.reduce_kernel, np.log2(np.maximum(launches.fill, 1e-6)),
                         np.minimum(np.log2(np.maximum(rows, 1.0) / blocks), 0.0))
     f["log_row_fill"] = np.where(rowwise, row_fill, 0.0)
     segmented = rowwise & (table.row_segment > 0)
@@ -233,7 +233,7 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     f["log_row_overhead"] = np.where(per_row, np.clip(np.log1p(row_time / fixed_and_bytes), 0.0, 10.0), 0.0)
     # The block that finishes a split reduction adds the partial results in turn, each a round trip to L2:
     # column sums over 64 or 96 long columns take 4.5-5.9x their roofline (benchmarks/kernel_facts.py).
-    f["log_reduce_tail"] = np.clip(np.log1p(final_steps * REDUCE_STEP_S / fixed_and_bytes), 0.0, 10.0)
+    f["log_reduce_tail"] = np.clip(np.log1p(launches.final_steps * REDUCE_STEP_S / fixed_and_bytes), 0.0, 10.0)
     f["mixed_dtypes"] = table.mixed_dtypes & ~table.tensor_core
     f["broadcast"] = table.broadcast & ~table.tensor_core
     # A broadcast op re-reads the expanded value at every run of it: a per-channel scale over 7x7 planes
@@ -308,7 +308,8 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     # runs at: features use the roofline at the catalogue's reference clock, so compute-bound ops
     # scale exactly 1/f.
     roof_ref = np.maximum(work / np.where(peak_ref > 0, peak_ref, np.inf), memory)
-    x = residual_features(table, gpu, mode, peak_ref, roof_ref, work)
+    launches = reduce_launches(table, gpu)
+    x = residual_features(table, gpu, mode, peak_ref, roof_ref, work, launches)
     cols = [RESIDUAL_FEATURES.index(f) for f in profile.residual_features]
     log_eff = np.zeros(len(table))
     coef_var = np.zeros(len(table))
@@ -332,7 +333,8 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
     sync_s = profile.host_sync_s if profile.host_sync_s is not None else prior_profile().host_sync_s
     grid_s = profile.grid_sync_s if profile.grid_sync_s is not None else prior_profile().grid_sync_s
-    latency = np.where(active, device_kernels(table, gpu) * lat_per_kernel + table.host_syncs * (sync_s or 0.0)
+    kernels = table.kernels + launches.memsets
+    latency = np.where(active, kernels * lat_per_kernel + table.host_syncs * (sync_s or 0.0)
                        + table.grid_syncs * (grid_s or 0.0), 0.0)
     corrected = np.where(active, roof * np.exp(log_eff), 0.0)
     device = latency + corrected
@@ -341,7 +343,8 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     share = np.divide(corrected, device, out=np.zeros_like(device), where=device > 0)
     times = DeviceTimes(compute, memory, roof, latency, device,
                         log_sd=share * np.sqrt(coef_var + resid_var), coef_sd=share * np.sqrt(coef_var),
-                        peak_flops=peak, effective_mode=mode, work_flops=work, bound=bound, features=x)
+                        peak_flops=peak, effective_mode=mode, work_flops=work, bound=bound, kernels=kernels,
+                        features=x)
     return times, notes
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -94,10 +94,17 @@ def reduce_launch(rows: int, row_len: int, row_segment: int, sm_count: int, thre
     return ReduceLaunch(threads, grid * ctas, ctas > 1, _div_up(ctas, per_output) if ctas > 1 else 0)
 
 
-def reduce_launches(table: "NodeTable", gpu: "GPUSpec") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per node of `table`: the share of `gpu`'s thread slots its reduction launch fills (1 for nodes
-    that do not run the generic reduction kernel), the memsets it adds before its kernel (0 or 1), and
-    the serial steps of its global-memory finish (ReduceLaunch.final_steps; 0 without one)."""
+class NodeLaunches(NamedTuple):
+    """Per-node arrays of a table's reduction launches (reduce_launches)."""
+
+    fill: np.ndarray          # share of the GPU's thread slots the grid fills; 1 for other nodes
+    memsets: np.ndarray       # memsets before the kernel (0 or 1)
+    final_steps: np.ndarray   # serial steps of the global-memory finish (ReduceLaunch.final_steps)
+
+
+def reduce_launches(table: "NodeTable", gpu: "GPUSpec") -> NodeLaunches:
+    """The launch on `gpu` of every node of `table` that runs the generic reduction kernel; any other
+    node counts as filling the GPU and adds no memset and no finishing steps."""
     fill = np.ones(len(table))
     memsets = np.zeros(len(table))
     steps = np.zeros(len(table))
@@ -108,9 +115,4 @@ def reduce_launches(table: "NodeTable", gpu: "GPUSpec") -> tuple[np.ndarray, np.
         fill[i] = launch.fill(gpu.sm_count, gpu.max_threads_per_sm)
         memsets[i] = float(launch.global_reduce)
         steps[i] = float(launch.final_steps)
-    return fill, memsets, steps
-
-
-def device_kernels(table: "NodeTable", gpu: "GPUSpec") -> np.ndarray:
-    """Device operations each node launches on `gpu`: its kernels plus a reduction's semaphore memset."""
-    return table.kernels + reduce_launches(table, gpu)[1]
+    return NodeLaunches(fill, memsets, steps)
