@@ -8,7 +8,8 @@ well `executed_flops` prices them, transposing-copy and cast bandwidth, NHWC / N
 convolution time ratios, the mixed-dtype add against a same-dtype one, layer norms over rows that are
 not a multiple of 4 elements, reductions of short rows, few long columns and whole tensors against
 their roofline, casts that write more than they read, RNN elapsed against device-busy
-time, 1x1 convolutions against the memory roofline per plane size, and the share of VGG-16's bf16 inference spent in the broadcast bias adds after its convolutions.
+time, 1x1 convolutions against the memory roofline per plane size, embedding lookups beyond their
+bytes and the direct embedding backward's time per chunk of indices, and the share of VGG-16's bf16 inference spent in the broadcast bias adds after its convolutions.
 """
 from __future__ import annotations
 
@@ -128,6 +129,19 @@ def reductions(gpu: str, rows: dict[str, dict]) -> str:
             f"{show(columns, '{:.1f}x')}; full reductions {show(full, '{:.1f} us')}")
 
 
+def embedding_lookups(rows: dict[str, dict]) -> str:
+    """Embedding lookups beyond their bytes (GATHER_* in estimator/price/device_time.py) and the direct
+    embedding backward's serial chunks (EMBEDDING_BWD_CHUNK in estimator/annotate/formulas.py)."""
+    out_mb = lambda r: sum(n["bytes_written"] for n in r["nodes"]) / 1e6  # noqa: E731
+    hot, spread = rows["embedding_fwd_bf16_v100_d512_t16384"], rows["embedding_fwd_bf16_v30522_d1024_t8192"]
+    wide = rows["embedding_fwd_bf16_v50257_d1600_t4096"]
+    short = rows["embedding_fwd_fp32_v8192_d128_t262144"]
+    chunk_us = (_us(rows["embedding_bwd_fp32_v50257_d768_t512"]) - _us(rows["embedding_bwd_fp32_v50257_d768_t1"])) / 16
+    return (f"embedding forward: {out_mb(hot):.0f} MB out of a 100-row table {_us(hot):.1f} us, of a 30522-row one "
+            f"{_us(spread):.1f} us; 4096 x 1600 bf16 rows move {_bandwidth_tb_s(wide):.2f} TB/s; 262144 rows of 128 "
+            f"fp32 {262144 / _us(short) / 1e3:.2f} G rows/s; direct backward {chunk_us:.2f} us per 32-index chunk")
+
+
 def write_heavy_casts(rows: dict[str, dict]) -> str:
     ratios = [_us(r) / _us(rows[n.replace("bf16_to_fp32", "fp32_to_bf16")]) for n, r in rows.items()
               if n.startswith("cast_bf16_to_fp32") and _us(r) > 10 and n.replace("bf16_to_fp32", "fp32_to_bf16") in rows]
@@ -228,7 +242,7 @@ def main() -> None:
         for line in (causal_pairs(gpu, rows), copies(rows), permuted_reads(gpu, rows), nhwc_depthwise(rows),
                      mixed_add(rows),
                      odd_rows(rows), reductions(gpu, rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
-                     pointwise_planes(gpu, rows)):
+                     pointwise_planes(gpu, rows), embedding_lookups(rows)):
             print("  " + line)
     print(persistent_rnn_steps())
     print(vgg_bias_share())

@@ -27,7 +27,8 @@ from scipy.optimize import lsq_linear
 from estimator.catalog import GPUSpec, get_gpu
 from estimator.errors import ProfileError
 from estimator.jsonl import read_jsonl
-from estimator.price.device_time import RESIDUAL_CLIP, DeviceTimes, device_times, fit_key, fit_keys, within_fit_range
+from estimator.price.device_time import (RESIDUAL_CLIP, DeviceTimes, device_times, fit_key, fit_keys, log_floor,
+                                         within_fit_range)
 from estimator.price.host_timeline import launch_costs
 from estimator.price.node_table import NodeTable
 from estimator.price.power import dram_bytes, voltage_ratio
@@ -212,6 +213,7 @@ class RowFeatures:
     holdout: bool
     measured_s: float
     row: dict[str, Any]
+    log_floor: float = 0.0       # the lowest log correction pricing allows (device_time.log_floor)
 
 
 def host_limited(row: dict[str, Any], host_op_s: dict[str, float]) -> bool:
@@ -255,7 +257,8 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
         top = int(np.argmax(roof))
         out.append(RowFeatures(dominant, str(table.op[top]), str(times.effective_mode[top]),
                                math.log(after_latency / total_roof), weights @ times.features,
-                               bool(r.get("holdout")), measured, r))
+                               bool(r.get("holdout")), measured, r,
+                               float(weights @ log_floor(table, gpu, times.compute_s, roof))))
     return out
 
 
@@ -371,7 +374,8 @@ def fit_residual_points(samples: list[RowFeatures], fits: dict[str, ResidualFit]
     residual = []
     for s in train:
         fit = fits[fit_key(s.op, s.category, s.mode, fits)]
-        fitted = float(np.clip(within_fit_range(fit, s.x[None, :])[0] @ np.asarray(fit.coef), *RESIDUAL_CLIP))
+        fitted = float(np.clip(within_fit_range(fit, s.x[None, :])[0] @ np.asarray(fit.coef), s.log_floor,
+                               RESIDUAL_CLIP[1]))
         # Huber-style: the fit down-weighted its outliers, and so does the correction (a host-bound
         # or pathological benchmark must not drag its neighbours along), though never below a factor
         # of two: a tight fit's sigma says its noise is small, not that a kernel cannot be 2x slower.

@@ -640,3 +640,46 @@ def test_a_copy_an_op_makes_of_its_input_costs_the_host_one_launch():
     lead, _ = host_parts(table, prof, "eager")
     assert lead[0] == pytest.approx(9e-6 + 4e-6)             # dispatched by the model: the op's cost
     assert lead[1] == pytest.approx(2e-6)                    # launched inside its owner's C++ call
+
+
+def _lookup(rows: int, width: int, tokens: int) -> NodeTable:
+    out = tokens * width * 4
+    return NodeTable.from_records([{"op": "aten.embedding.default", "category": "embedding", "math_mode": "fp32",
+                                    "flops": 0, "bytes_read": min(rows, tokens) * width * 4 + tokens * 8,
+                                    "bytes_written": out, "row_count": tokens, "row_len": width,
+                                    "table_lookup": True}])
+
+
+def test_an_output_that_stays_in_l2_lowers_the_floor_and_a_large_one_does_not():
+    """A fit may price an op below its roofline only by the bytes of an output small enough to stay in
+    L2; the rest must still cross DRAM."""
+    fast = _profile_with({"embedding": -3.0})   # a fit that would make every lookup 20x faster
+    gpu = get_gpu("H100")
+    small = _lookup(50_000, 1024, 1024)          # 4 MB out, well inside the 50 MB L2
+    large = _lookup(50_000, 1024, 65536)         # 268 MB out
+    for table, floor_share in ((small, 0.5), (large, 1.0)):
+        t = device_times(table, gpu, 1980, fast)[0]
+        corrected = t.device_s[0] - t.latency_s[0]
+        assert corrected < t.roofline_s[0] or floor_share == 1.0
+        reads = (table.bytes[0] - table.bytes_written[0]) / gpu.memory_bandwidth_bytes_per_s
+        assert corrected >= (reads if floor_share < 1 else t.roofline_s[0]) * (1 - 1e-9)
+    prior = device_times(small, gpu, 1980, prior_profile())[0]
+    assert prior.device_s[0] - prior.latency_s[0] >= prior.roofline_s[0] * (1 - 1e-9)
+
+
+def test_lookups_of_short_rows_are_priced_by_rows_not_bytes():
+    from estimator.profile import RESIDUAL_FEATURES
+    gpu = get_gpu("H100")
+    col = RESIDUAL_FEATURES.index("log_gather_bound")
+    # The same bytes as 262144 rows of 128 elements or 32768 rows of 1024, from a table that stays in cache.
+    short = device_times(_lookup(8192, 128, 262144), gpu, 1980, prior_profile())[0].features[0, col]
+    wide = device_times(_lookup(8192, 1024, 32768), gpu, 1980, prior_profile())[0].features[0, col]
+    assert short > 0.5                     # rows of 512 bytes: their count, not their bytes, bounds the lookup
+    assert wide == pytest.approx(0.0)      # rows of 4 KB stream at the roofline
+    # An index_select of the same shape is not a table lookup and gets no such term.
+    table = _lookup(8192, 128, 262144)
+    plain = NodeTable.from_records([{"op": "aten.index_select.default", "category": "copy", "math_mode": "fp32",
+                                     "flops": 0, "bytes_read": float(table.bytes[0] - table.bytes_written[0]),
+                                     "bytes_written": float(table.bytes_written[0]), "row_count": 262144,
+                                     "row_len": 128}])
+    assert device_times(plain, gpu, 1980, prior_profile())[0].features[0, col] == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -633,7 +634,32 @@ def test_gather_reads_the_selected_rows_not_the_table(lookup):
     graph = trace(Lookup(), (torch.zeros(n, dtype=torch.long),), mode="inference")
     (node,) = [d for _, d in graph.nodes(data=True) if not d["free"]]
     assert node["bytes_written"] == n * dim * 4
-    assert node["bytes_read"] == n * dim * 4 + n * 8  # the rows and the int64 indices
+    # the rows and the int64 indices (a table lookup counts the rows 8 draws are expected to hit: 7.9997)
+    assert node["bytes_read"] == pytest.approx(n * dim * 4 + n * 8, rel=1e-3)
+    assert node["table_lookup"] == (lookup == "embedding")
+
+
+@pytest.mark.parametrize("rows", [100, 1_000_000])
+def test_a_table_lookup_reads_each_distinct_row_once(rows):
+    """4096 lookups into a 100-row table read its 100 rows once (the rest come from cache); into a
+    million-row table almost every lookup hits a row of its own."""
+    n, dim = 4096, 64
+    emb = torch.nn.Embedding(rows, dim, device="meta")
+    graph = trace(emb, (torch.zeros(n, dtype=torch.long, device="meta"),), mode="inference")
+    (node,) = nodes(graph, category="embedding")
+    table_bytes = (node["bytes_read"] - n * 8) / (dim * 4)
+    assert table_bytes == pytest.approx(min(rows, n), rel=0.01)
+
+
+def test_expected_distinct_rows_is_bounded_by_draws_and_population():
+    from estimator.annotate.formulas import expected_distinct
+    assert expected_distinct(0, 100) == 0.0 and expected_distinct(5, 1) == 1.0
+    for draws, population in [(1, 10), (10, 10), (1000, 10), (8192, 50257), (8192, 512)]:
+        got = expected_distinct(draws, population)
+        assert 0 < got <= min(draws, population)
+        assert expected_distinct(draws + 1, population) >= got
+    assert expected_distinct(1, 10) == pytest.approx(1.0)
+    assert expected_distinct(1000, 10) == pytest.approx(10.0)
 
 
 @pytest.mark.parametrize("p, inplace, fused", [(0.1, False, True), (0.5, False, True), (0.0, False, False),
@@ -962,6 +988,13 @@ def test_embedding_backward_takes_pytorchs_path_for_its_index_count(tokens, sort
     # Either way the whole weight gradient is zeroed: at least vocab x width x 4 bytes written.
     assert bwd["bytes_written"] >= 50257 * 768 * 4
     assert bwd["row_count"] == tokens and bwd["row_len"] == 768
+    # The direct kernel walks the indices 32 at a time, each chunk waiting on memory; the sorting path
+    # spreads them over the GPU.
+    assert (bwd["serial_steps"] == 0) == sorted_path
+    if not sorted_path:
+        from estimator.annotate.formulas import EMBEDDING_BWD_CHUNK, EMBEDDING_BWD_CHUNK_TRIPS
+        assert EMBEDDING_BWD_CHUNK == 32   # BLOCKDIMY, the warps of a block, one index each
+        assert bwd["serial_steps"] == EMBEDDING_BWD_CHUNK_TRIPS * math.ceil(tokens / 32)
 
 
 def test_reading_a_gpu_value_on_the_host_synchronises_a_cpu_value_does_not():

@@ -75,6 +75,12 @@ class Cost:
     reduce_kernel: the op runs ATen's generic reduction kernel (Reduce.cuh: sum, mean, amax, var, ...),
         whose launch over the GPU follows from its rows alone (estimator.price.reduce_launch); softmax
         and the losses reduce rows with kernels of their own.
+    table_lookup: the op looks rows of a table up by index (an embedding): ATen's index_select kernel
+        moves one element per thread, finding its source row for each, so a lookup of short rows, or of
+        rows that stay in cache, is bound by elements and rows rather than bytes.
+    serial_steps: round trips to memory that the op's kernel makes one after another whatever the GPU's
+        width (a block walking its indices in chunks, each chunk waiting on the last): latency a roofline
+        does not see.
     """
 
     flops: float
@@ -101,6 +107,8 @@ class Cost:
     host_syncs: int = 0
     grid_syncs: int = 0
     reduce_kernel: bool = False
+    table_lookup: bool = False
+    serial_steps: float = 0.0
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:

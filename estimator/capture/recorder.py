@@ -206,6 +206,8 @@ class OpRecorder(TorchDispatchMode):
             "host_syncs": int(cost.host_syncs),
             "grid_syncs": int(cost.grid_syncs) if not fused else self._fused_grid_syncs(),
             "reduce_kernel": bool(cost.reduce_kernel),
+            "table_lookup": bool(cost.table_lookup),
+            "serial_steps": float(cost.serial_steps),
             "kernels": cost.kernels if not fused else self._fused_kernels(cost, category),
             "supported": bool(cost.supported),
             "free": cost.category == "view",

@@ -68,15 +68,28 @@ ROW_BLOCKS_PER_SM = {"norm": 4.0}
 ROW_SEGMENT_REF = 256
 BROADCAST_RUN_REF = 256
 ROW_OVERHEAD_S = {"norm": 1e-7, "reduction": 3e-8}
-# One serial step of a split reduction's global-memory finish (an L2 round trip); log_reduce_tail =
-# log(1 + steps * REDUCE_STEP_S / (roofline + OVERHEAD_SCALE_S)). benchmarks/cross_validate.py with the
+# One serial step: a round trip to memory that a kernel waits on before its next (a split reduction's
+# global-memory finish adds partial results in turn; Cost.serial_steps); log_serial_steps =
+# log(1 + steps * SERIAL_STEP_S / (roofline + OVERHEAD_SCALE_S)). benchmarks/cross_validate.py with the
 # launch features (fill, memset, tail): reduction 9.0/10.3 -> 7.4/8.5 %, H100/H200.
-REDUCE_STEP_S = 2.5e-7
+SERIAL_STEP_S = 2.5e-7
+# A table lookup (Cost.table_lookup) moves one element per thread and finds each element's source row:
+# GATHER_ELEMENT_S per element and GATHER_ROW_S per looked-up row, per SM, bound it where its bytes do
+# not (short rows, or a table that stays in cache: 17 MB looked up from a 100-row table take longer than
+# from a 30522-row one, and 128-wide fp32 rows go at 1.6 G rows/s on the H100; benchmarks/kernel_facts.py).
+# log_gather_bound = log(max(that bound, dram_floor_s) / roofline). benchmarks/cross_validate.py, with the
+# serial chunks of the direct embedding backward (Cost.serial_steps): embedding 16.5/15.1 -> 10.4/12.0 %.
+GATHER_ELEMENT_S = 1.2e-10
+GATHER_ROW_S = 6e-8
 ROW_VECTOR = 4
 # The fitted correction never makes an op faster than its roofline at catalogue peaks (a physical
 # bound for DRAM-resident data), nor more than 500x slower (a one-row layer norm of a few KB takes ~100x its
-# roofline; fits stay inside their data's feature range in any case).
+# roofline; fits stay inside their data's feature range in any case). The one exception to the first:
+# an output of at most L2_ABSORBED_SHARE of the L2 cache stays there for its consumer instead of reaching
+# DRAM while the op runs (an embedding lookup of 4096 x 1600 bf16 rows on the H100 moves its 26 MB at
+# 3.7 TB/s, above the DRAM's 3.35), so an op's floor is the time of its other bytes (dram_floor_s).
 RESIDUAL_CLIP = (0.0, np.log(500.0))
+L2_ABSORBED_SHARE = 0.5
 Z90 = 1.6449                          # two-sided 90 % interval
 MAX_LOG_SD = 2.0                      # std of log time beyond which an interval is capped
 
@@ -156,6 +169,19 @@ def executed_flops(table: NodeTable, gpu: GPUSpec, mode: np.ndarray) -> np.ndarr
     return np.where(skipped, flops * causal / full, flops)
 
 
+def dram_floor_s(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
+    """Seconds per node for the bytes that must cross the DRAM interface at catalogue bandwidth: all
+    but an output small enough to stay in L2 (L2_ABSORBED_SHARE of it)."""
+    absorbed = table.bytes_written <= gpu.l2_cache_bytes * L2_ABSORBED_SHARE
+    return np.where(absorbed, table.bytes - table.bytes_written, table.bytes) / gpu.memory_bandwidth_bytes_per_s
+
+
+def log_floor(table: NodeTable, gpu: GPUSpec, compute_s: np.ndarray, roofline_s: np.ndarray) -> np.ndarray:
+    """The lowest log correction per node: log(max(compute, dram_floor_s) / roofline), at most 0."""
+    floor = np.maximum(compute_s, dram_floor_s(table, gpu))
+    return np.minimum(np.log(np.maximum(floor, 1e-15) / np.maximum(roofline_s, 1e-15)), RESIDUAL_CLIP[0])
+
+
 def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np.ndarray,
                       roofline_s: np.ndarray, work_flops: np.ndarray, launches: NodeLaunches) -> np.ndarray:
     """Feature matrix (n, len(RESIDUAL_FEATURES)), columns in RESIDUAL_FEATURES order; every feature is
@@ -233,7 +259,13 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     f["log_row_overhead"] = np.where(per_row, np.clip(np.log1p(row_time / fixed_and_bytes), 0.0, 10.0), 0.0)
     # The block that finishes a split reduction adds the partial results in turn, each a round trip to L2:
     # column sums over 64 or 96 long columns take 4.5-5.9x their roofline (benchmarks/kernel_facts.py).
-    f["log_reduce_tail"] = np.clip(np.log1p(launches.final_steps * REDUCE_STEP_S / fixed_and_bytes), 0.0, 10.0)
+    serial_s = (launches.final_steps + table.serial_steps) * SERIAL_STEP_S
+    f["log_serial_steps"] = np.clip(np.log1p(serial_s / fixed_and_bytes), 0.0, 10.0)
+    per_sm = np.ceil(np.maximum(rows, 1.0) / gpu.sm_count) * GATHER_ROW_S + \
+        np.ceil(np.maximum(rows * row_len, 1.0) / gpu.sm_count) * GATHER_ELEMENT_S
+    gather_s = np.maximum(dram_floor_s(table, gpu), per_sm)
+    f["log_gather_bound"] = np.where(rowwise & table.table_lookup,
+                                     np.clip(np.log(gather_s / np.maximum(roofline_s, 1e-12)), -5.0, 5.0), 0.0)
     f["mixed_dtypes"] = table.mixed_dtypes & ~table.tensor_core
     f["broadcast"] = table.broadcast & ~table.tensor_core
     # A broadcast op re-reads the expanded value at every run of it: a per-channel scale over 7x7 planes
@@ -328,7 +360,7 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
         resid_var[sel] = min(fit.sigma, MAX_LOG_SD) ** 2
     if profile.residual_points:
         log_eff += local_corrections(x[:, cols], table.op, mode, profile.residual_points)
-    log_eff = np.clip(log_eff, *RESIDUAL_CLIP)
+    log_eff = np.clip(log_eff, log_floor(table, gpu, compute, roof), RESIDUAL_CLIP[1])
     active = ~(table.free | table.host_only)
     lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
     sync_s = profile.host_sync_s if profile.host_sync_s is not None else prior_profile().host_sync_s

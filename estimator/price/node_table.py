@@ -46,6 +46,8 @@ class NodeTable:
     host_syncs: np.ndarray    # times the op waits on the host for a value from the GPU
     grid_syncs: np.ndarray    # grid-wide barriers inside its kernels (a persistent RNN's steps)
     reduce_kernel: np.ndarray # bool: runs ATen's generic reduction kernel (launch: estimator.price.reduce_launch)
+    table_lookup: np.ndarray  # bool: looks table rows up by index (an embedding)
+    serial_steps: np.ndarray  # memory round trips its kernel makes one after another
     free: np.ndarray          # bool: metadata-only, no kernel, no host dispatch worth pricing
     host_only: np.ndarray     # bool: runs on the CPU only
     supported: np.ndarray     # bool
@@ -93,6 +95,8 @@ class NodeTable:
             host_syncs=np.asarray(col("host_syncs", 0), dtype=float),
             grid_syncs=np.asarray(col("grid_syncs", 0), dtype=float),
             reduce_kernel=np.asarray(col("reduce_kernel", False), dtype=bool),
+            table_lookup=np.asarray(col("table_lookup", False), dtype=bool),
+            serial_steps=np.asarray(col("serial_steps", 0.0), dtype=float),
             free=np.asarray(col("free", False), dtype=bool),
             host_only=np.asarray(col("host_only", False), dtype=bool),
             supported=np.asarray(col("supported", True), dtype=bool),
