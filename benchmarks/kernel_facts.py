@@ -193,14 +193,17 @@ def _kernel_records(name: str) -> list[dict]:
 
 def persistent_rnn_steps() -> str:
     """Device time per time step of cuDNN's persistent RNN kernels (forward), per suite benchmark."""
-    per_cell: dict[str, list[float]] = {}
+    per_cell: dict[str, dict[int, list[float]]] = {}
     for rec in _kernel_records("H100-SXM-benchmarks"):
         p = rec.get("params", {})
         us = sum(k["us_per_iter"] for k in rec["kernels"] if "RNN_blockPersist_fp" in k["name"])
         if us and p.get("cell"):
             chains = p["layers"] * (2 if p.get("bidirectional") else 1)
-            per_cell.setdefault(p["cell"], []).append(us / (p["seq"] * chains))
-    cells = "; ".join(f"{cell} {min(v):.2f}-{max(v):.2f} us (n={len(v)})" for cell, v in sorted(per_cell.items()))
+            per_cell.setdefault(p["cell"], {}).setdefault(p["hidden"], []).append(us / (p["seq"] * chains))
+    gates = {"lstm": 4, "gru": 3}
+    cells = "; ".join(cell + " " + ", ".join(
+        f"h{h} ({gates[cell] * h * h} weights) {min(v):.2f}-{max(v):.2f} us" for h, v in sorted(by_h.items()))
+        for cell, by_h in sorted(per_cell.items()))
     return f"persistent RNN kernels (H100-SXM-benchmarks), forward time per step and layer: {cells}"
 
 

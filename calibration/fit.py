@@ -53,6 +53,7 @@ MIN_RESIDUAL_SHARE = 0.2        # measured time left after latency, as a floor f
 HOST_BOUND_MARGIN = 1.5        # measured / host dispatch cost below which a timing is host-limited
 HOST_PACED_MARGIN = 1.5         # elapsed / device-busy above which a host-paced row measured the host
 MIN_HOST_LAUNCH_ROWS = 4       # rows with distinct launch counts needed to split a host cost per launch
+MIN_SPLIT_ROWS = 4             # benchmarks with barriers needed to split their cost from the serial work
 POWER_BUSY_FRACTION = 0.8       # device-busy share of a power window's benchmark below which it is host-paced
 MIN_POOL_ROWS = 6               # training benchmarks an op (or op in one math mode) needs for a residual pool
 MIN_POINT_SCALE = 0.5           # smallest distance unit of a feature in a pool (feature units)
@@ -124,13 +125,12 @@ def kernel_latency_s(rows: list[dict[str, Any]]) -> float:
 SYNC_ROOF_SHARE = 0.2           # benchmarks whose roofline is below this share of their time give the sync cost
 
 
-def _cost_per_event(rows: list[dict[str, Any]], gpu: GPUSpec, field: str,
-                    fixed_s: Callable[[NodeTable, DeviceTimes], float], fallback: float | None) -> float | None:
-    """Fixed device time per counted event of node field `field` (s): the median, over the fitting
-    (not held-out) benchmarks that have such events and whose time is mostly fixed cost, of their time
-    beyond `fixed_s(table, times)` and the roofline per event; `fallback` where no benchmark qualifies."""
+def _time_beyond(rows: list[dict[str, Any]], gpu: GPUSpec, field: str,
+                 fixed_s: Callable[[NodeTable, DeviceTimes], float]) -> list[tuple[float, NodeTable, float]]:
+    """(events, node table, seconds beyond `fixed_s(table, times)` and the roofline) of the fitting (not
+    held-out) benchmarks that have events of node field `field` and whose time is mostly fixed cost."""
     plain = roofline_profile()
-    per_event = []
+    out = []
     for r in rows:
         nodes = _device_nodes(r)
         events = sum(n.get(field, 0) for n in nodes)
@@ -141,7 +141,15 @@ def _cost_per_event(rows: list[dict[str, Any]], gpu: GPUSpec, field: str,
         roof = float(times.roofline_s.sum())
         measured = measured_device_s(r)
         if roof <= SYNC_ROOF_SHARE * measured:
-            per_event.append((measured - fixed_s(table, times) - roof) / events)
+            out.append((float(events), table, measured - fixed_s(table, times) - roof))
+    return out
+
+
+def _cost_per_event(rows: list[dict[str, Any]], gpu: GPUSpec, field: str,
+                    fixed_s: Callable[[NodeTable, DeviceTimes], float], fallback: float | None) -> float | None:
+    """Fixed device time per counted event of node field `field` (s): the median, over the benchmarks
+    _time_beyond keeps, of their time beyond fixed cost and roofline per event; `fallback` where none."""
+    per_event = [left / events for events, _, left in _time_beyond(rows, gpu, field, fixed_s)]
     return float(max(np.median(per_event), 0.0)) if per_event else fallback
 
 
@@ -154,10 +162,21 @@ def host_sync_s(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float, fall
 def grid_sync_s(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float, sync_s: float,
                 fallback: float | None) -> float | None:
     """Device time per grid-wide barrier inside a kernel (s; a step of a persistent recurrent kernel),
-    beyond kernel latency, host synchronisations and roofline."""
-    return _cost_per_event(rows, gpu, "grid_syncs",
-                           lambda t, times: float(times.kernels.sum()) * latency_s + float(t.host_syncs.sum()) * sync_s,
-                           fallback)
+    beyond kernel latency, host synchronisations and roofline, apart from the serial work between
+    barriers (Cost.serial_steps: a step's multiply by the recurrent weights, which the residual fit
+    prices through log_serial_steps). Non-negative least squares on relative errors splits each fitting
+    benchmark's time beyond its launches and roofline into a cost per barrier and one per serial step
+    (a persistent step takes 0.3 us at 4096 recurrent weights and 7.7 us at 147456 on the H100), and
+    the barrier's is returned; without serial steps to tell apart, the median per barrier."""
+    kept = [(events, float(table.serial_steps.sum()), left) for events, table, left in _time_beyond(
+        rows, gpu, "grid_syncs",
+        lambda t, times: float(times.kernels.sum()) * latency_s + float(t.host_syncs.sum()) * sync_s) if left > 0]
+    if not kept:
+        return fallback
+    x, y = np.array([k[:2] for k in kept]), np.array([k[2] for k in kept])
+    if len(y) < MIN_SPLIT_ROWS or not np.ptp(x[:, 1] / x[:, 0]) > 0:
+        return float(np.median(y / x[:, 0]))
+    return float(lsq_linear(x / y[:, None], np.ones(len(y)), bounds=(0.0, np.inf)).x[0])
 
 
 def host_costs(rows: list[dict[str, Any]], fallback: dict[str, float]) -> dict[str, float]:

@@ -309,6 +309,27 @@ def test_fit_measures_the_cost_of_a_persistent_rnn_step():
     assert fit_profile(synthetic_rows()).grid_sync_s == prior_profile().grid_sync_s
 
 
+def test_fit_tells_a_persistent_steps_barrier_from_its_serial_work():
+    """Persistent RNN steps of several widths: synthetic rows planted with a cost per barrier plus one per
+    serial step (the recurrent weights' multiply) give back the barrier's alone."""
+    barrier_s, serial_s = 0.3e-6, 2e-6
+    raw = synthetic_rows()
+    gpu = get_gpu("H100")
+    for i, (cell, hidden, seq) in enumerate([(torch.nn.LSTM, 32, 64), (torch.nn.GRU, 64, 48), (torch.nn.LSTM, 96, 96),
+                                             (torch.nn.LSTM, 128, 50), (torch.nn.GRU, 160, 32),
+                                             (torch.nn.LSTM, 192, 40)]):
+        g = estimator.trace(cell(32, hidden, device="meta"), (torch.empty(seq, 4, 32, device="meta"),))
+        nodes = [d for _, d in g.nodes(data=True) if d.get("category") == "rnn"]
+        assert nodes[0]["grid_syncs"] == seq and nodes[0]["serial_steps"] > 0
+        roof = sum(n["bytes_read"] + n["bytes_written"] for n in nodes) / gpu.memory_bandwidth_bytes_per_s
+        t = (sum(n["kernels"] for n in nodes) * LATENCY_S + seq * barrier_s
+             + sum(n["serial_steps"] for n in nodes) * serial_s + roof)
+        raw.rows.append({"name": f"rnn{i}", "category": "rnn", "holdout": False, "nodes": nodes,
+                         "kind": "device", "timing_method": "events_queued", "time_ms_median": t * 1e3,
+                         "busy_ms": t * 1e3, "error": None, "dry_run": False})
+    assert fit_profile(raw, retrace=False).grid_sync_s == pytest.approx(barrier_s, rel=0.15)
+
+
 def test_validation_files_skip_a_torn_last_line_and_name_a_corrupt_one(tmp_path):
     from calibration.fit import load_validation
     good = json.dumps({"model": "resnet18", "batch": 1, "image_size": 224, "mode": "inference", "precision": "fp32",

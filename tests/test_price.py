@@ -536,9 +536,11 @@ def test_lstm_steps_run_one_after_another():
 
 @pytest.mark.parametrize("cell", [torch.nn.LSTM, torch.nn.GRU])
 def test_a_narrow_rnn_runs_its_steps_inside_one_persistent_kernel(cell):
-    """cuDNN runs hidden sizes up to 128 as one persistent kernel per layer and direction whose blocks
-    meet once per step: a few launches whatever the length, and a grid barrier per step that the
-    profile prices at grid_sync_s each."""
+    """cuDNN runs hidden sizes up to PERSISTENT_RNN_MAX_HIDDEN as one persistent kernel per layer and
+    direction whose blocks meet once per step: a few launches whatever the length, a grid barrier per
+    step that the profile prices at grid_sync_s each, and serial work per step that grows with the
+    recurrent weights (gates x hidden^2)."""
+    from estimator.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN, PERSISTENT_STEP_WEIGHTS
     T, B, H, I, layers = 40, 4, 128, 32, 2
     g = estimator.trace(cell(I, H, layers, bidirectional=True, device="meta"),
                         (torch.empty(T, B, I, device="meta"),), mode="training")
@@ -547,6 +549,16 @@ def test_a_narrow_rnn_runs_its_steps_inside_one_persistent_kernel(cell):
     chains = layers * 2
     assert fwd["grid_syncs"] == bwd["grid_syncs"] == chains * T
     assert fwd["kernels"] < chains * T and bwd["kernels"] < chains * T   # not a launch per step
+    gates = 4 if cell is torch.nn.LSTM else 3
+    assert fwd["serial_steps"] == bwd["serial_steps"] == pytest.approx(chains * T * gates * H * H
+                                                                       / PERSISTENT_STEP_WEIGHTS)
+    assert H <= PERSISTENT_RNN_MAX_HIDDEN
+    # The persistent kernel multiplies its fp32 weights with FMAs, not on tensor cores, whatever TF32
+    # allows; a wide layer's per-step GEMMs take TF32 where cuDNN may (torch's default).
+    assert torch.backends.cudnn.allow_tf32
+    assert fwd["math_mode"] == bwd["math_mode"] == "fp32"
+    wide = estimator.trace(cell(I, 2 * PERSISTENT_RNN_MAX_HIDDEN, device="meta"), (torch.empty(T, B, I, device="meta"),))
+    assert [d["math_mode"] for _, d in wide.nodes(data=True) if d.get("category") == "rnn"] == ["tf32"]
     prof = prior_profile()
     table = NodeTable.from_records([fwd, {**fwd, "grid_syncs": 0}])
     times, _ = device_times(table, get_gpu("H100"), 1980.0, prof)

@@ -249,13 +249,20 @@ def _transformer_layer_fast(call: OpCall) -> Cost:
 # ---------------------------------------------------------------- recurrent layers
 
 RNN_GATES = {0: 1, 1: 1, 2: 4, 3: 3}  # mkldnn/cudnn mode: RNN_RELU, RNN_TANH, LSTM, GRU
+RNN_MODE_GATES = {"RNN_RELU": 1, "RNN_TANH": 1, "LSTM": 4, "GRU": 3}   # nn.RNNBase.mode
 
 
 # cuDNN (9.x, fp32, Hopper) runs the recurrence of a layer this narrow as one persistent kernel per
 # layer and direction (RNN_blockPersist_fp_* / _bp_*), whose blocks meet at a grid-wide barrier each
-# step, instead of a GEMM and a cell kernel per step: hidden 64 and 128 ran persistent, 256 and wider
-# did not (data/kernels/H100-SXM-benchmarks.jsonl).
-PERSISTENT_RNN_MAX_HIDDEN = 128
+# step, instead of a GEMM and a cell kernel per step: hidden 32 to 192 ran persistent, 256 and wider
+# did not (data/kernels/H100-SXM-benchmarks.jsonl; 224 is not measured). A step's time grows with the
+# recurrent weights it multiplies (gates x hidden^2), slowly up to 65536 (256 KB of fp32, one SM's
+# register file) and steeply beyond: 0.33 us at 4096, 1.2 us at 49152 (GRU, hidden 128), 1.9-2.3 us at
+# 65536 (LSTM, 128), 7.7 us at 147456 (LSTM, 192) on the H100 (python3 benchmarks/kernel_facts.py), so a
+# step counts gates x hidden^2 / PERSISTENT_STEP_WEIGHTS serial steps (Cost.serial_steps) beside its
+# barrier.
+PERSISTENT_RNN_MAX_HIDDEN = 192
+PERSISTENT_STEP_WEIGHTS = 65536
 
 
 def cudnn_rnn_kernels(steps: int, backward: bool = False, hidden: int | None = None) -> int:
@@ -275,6 +282,16 @@ def cudnn_rnn_grid_syncs(steps: int, hidden: int) -> int:
     return steps if hidden <= PERSISTENT_RNN_MAX_HIDDEN else 0
 
 
+def cudnn_rnn_serial_steps(steps: int, hidden: int, gates: int) -> float:
+    """Serial work of one layer and direction of a persistent cuDNN recurrent layer (Cost.serial_steps):
+    each step multiplies the recurrent weights (gates x hidden x hidden) by the last state before the
+    next step can start, PERSISTENT_STEP_WEIGHTS weights counted as one serial step; 0 when the layer
+    does not run persistent (its steps are kernels of their own)."""
+    if hidden > PERSISTENT_RNN_MAX_HIDDEN:
+        return 0.0
+    return float(steps * gates * hidden * hidden / PERSISTENT_STEP_WEIGHTS)
+
+
 @register_cost(*iter_ops(["mkldnn_rnn_layer"]))
 def _rnn_layer(call: OpCall) -> Cost:
     x, w_ih = call.args[0], call.args[1]
@@ -292,7 +309,8 @@ def _rnn_layer(call: OpCall) -> Cost:
     cost = _with_gemm(call, "rnn", flops, (batch, gates * hidden, in_size + hidden), 1,
                       kernels=cudnn_rnn_kernels(steps, hidden=hidden))
     return replace(cost, bytes_read=cost.bytes_read + _recurrent_rereads(call.args[2], steps),
-                   grid_syncs=cudnn_rnn_grid_syncs(steps, hidden))
+                   grid_syncs=cudnn_rnn_grid_syncs(steps, hidden),
+                   serial_steps=cudnn_rnn_serial_steps(steps, hidden, gates))
 
 
 def _recurrent_rereads(w_hh: Any, steps: int) -> float:

@@ -8,14 +8,15 @@ optimizer step as it really runs (foreach ops), all in one pass with no weights 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.module_tracker import ModuleTracker
 
-from ..annotate.formulas import cudnn_rnn_grid_syncs, cudnn_rnn_kernels  # (also registers the cost formulas)
+from ..annotate.formulas import (RNN_MODE_GATES, cudnn_rnn_grid_syncs, cudnn_rnn_kernels,  # (also registers
+                                 cudnn_rnn_serial_steps)                                     # the formulas)
 from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
 from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, is_channels_last, storage_key,
                                  tensor_bytes, tensors, unique_bytes)
@@ -45,6 +46,14 @@ def _compute_dtype(call: OpCall) -> torch.dtype | None:
             return t.dtype
     outs = call.outputs
     return outs[0].dtype if outs else None
+
+
+class RNNLaunches(NamedTuple):
+    """What cuDNN runs for one recurrent module call, over all its layers and directions."""
+
+    kernels: int
+    grid_syncs: int
+    serial_steps: float
 
 
 @dataclass
@@ -105,24 +114,37 @@ class OpRecorder(TorchDispatchMode):
         known, else the op's own GEMM kernels plus one (later GEMMs add theirs in _merge)."""
         rnn = self._rnn_launches()
         if rnn is not None:
-            return rnn[0]
+            return rnn.kernels
         return (cost.kernels if TENSOR_CORE_CATEGORIES & {category, cost.category} else 0) + 1
 
     def _fused_grid_syncs(self) -> int:
         """Grid-wide step barriers of the current fused node: a persistent cuDNN recurrence's, else none."""
         rnn = self._rnn_launches()
-        return rnn[1] if rnn is not None else 0
+        return rnn.grid_syncs if rnn is not None else 0
 
-    def _rnn_launches(self) -> tuple[int, int] | None:
-        """(kernels, grid barriers) cuDNN runs for the recurrent module of the current fused node, over all
-        its layers and directions, if its time steps are known."""
+    def _fused_serial_steps(self, cost: Cost) -> float:
+        """Serial round trips of the current fused node: a persistent cuDNN recurrence's, else its first op's."""
+        rnn = self._rnn_launches()
+        return rnn.serial_steps if rnn is not None else float(cost.serial_steps)
+
+    def _fused_math_mode(self, dtype: torch.dtype | None) -> str:
+        """Math mode of the current fused node: a persistent cuDNN recurrence multiplies its fp32 weights
+        with FMAs (RNN_blockPersist_*_FMA), not on tensor cores, whatever TF32 allows."""
+        mode = math_mode("rnn", dtype, self.tf32)
+        rnn = self._rnn_launches()
+        return "fp32" if mode == "tf32" and rnn is not None and rnn.grid_syncs else mode
+
+    def _rnn_launches(self) -> RNNLaunches | None:
+        """What cuDNN runs for the recurrent module of the current fused node, over all its layers and
+        directions, if its time steps are known."""
         mod = self.modules_by_name.get(self._fused_scope)
         steps = self._rnn_steps.get(id(mod))
         if not isinstance(mod, torch.nn.RNNBase) or steps is None:
             return None
         chains = mod.num_layers * (2 if mod.bidirectional else 1)
         kernels = cudnn_rnn_kernels(steps, backward=self.phase == "backward", hidden=mod.hidden_size)
-        return chains * kernels, chains * cudnn_rnn_grid_syncs(steps, mod.hidden_size)
+        serial = cudnn_rnn_serial_steps(steps, mod.hidden_size, RNN_MODE_GATES.get(mod.mode, 4))
+        return RNNLaunches(chains * kernels, chains * cudnn_rnn_grid_syncs(steps, mod.hidden_size), chains * serial)
 
     # ------------------------------------------------------------------ helpers
     def current_module(self) -> str:
@@ -187,7 +209,7 @@ class OpRecorder(TorchDispatchMode):
             "input_shapes": _shapes(inputs),
             "output_shapes": _shapes(outputs),
             "dtype": dtype_name(dtype),
-            "math_mode": math_mode(category, dtype, self.tf32),
+            "math_mode": math_mode(category, dtype, self.tf32) if not fused else self._fused_math_mode(dtype),
             "flops": float(cost.flops),
             "bytes_read": float(cost.bytes_read),
             "bytes_written": float(cost.bytes_written),
@@ -207,7 +229,7 @@ class OpRecorder(TorchDispatchMode):
             "grid_syncs": int(cost.grid_syncs) if not fused else self._fused_grid_syncs(),
             "reduce_kernel": bool(cost.reduce_kernel),
             "table_lookup": bool(cost.table_lookup),
-            "serial_steps": float(cost.serial_steps),
+            "serial_steps": float(cost.serial_steps) if not fused else self._fused_serial_steps(cost),
             "kernels": cost.kernels if not fused else self._fused_kernels(cost, category),
             "supported": bool(cost.supported),
             "free": cost.category == "view",
@@ -248,7 +270,7 @@ class OpRecorder(TorchDispatchMode):
             if cost.gemm_mnk != (0, 0, 0):
                 a["gemm_m"], a["gemm_n"], a["gemm_k"] = cost.gemm_mnk
             if a["math_mode"] == "int":
-                a["math_mode"] = math_mode("rnn", torch.float32, self.tf32)
+                a["math_mode"] = self._fused_math_mode(torch.float32)
         a["supported"] = a["supported"] and cost.supported
         node.inputs = sorted(set(node.inputs) | {p for p in producers if p != index})
         for t in outputs:
