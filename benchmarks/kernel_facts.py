@@ -132,11 +132,14 @@ def reductions(gpu: str, rows: dict[str, dict]) -> str:
 def embedding_lookups(rows: dict[str, dict]) -> str:
     """Embedding lookups beyond their bytes (GATHER_* in estimator/price/device_time.py) and the direct
     embedding backward's serial chunks (EMBEDDING_BWD_CHUNK in estimator/annotate/formulas.py)."""
+    from estimator.annotate.formulas import EMBEDDING_BWD_CHUNK
     out_mb = lambda r: sum(n["bytes_written"] for n in r["nodes"]) / 1e6  # noqa: E731
     hot, spread = rows["embedding_fwd_bf16_v100_d512_t16384"], rows["embedding_fwd_bf16_v30522_d1024_t8192"]
     wide = rows["embedding_fwd_bf16_v50257_d1600_t4096"]
     short = rows["embedding_fwd_fp32_v8192_d128_t262144"]
-    chunk_us = (_us(rows["embedding_bwd_fp32_v50257_d768_t512"]) - _us(rows["embedding_bwd_fp32_v50257_d768_t1"])) / 16
+    chunks = math.ceil(512 / EMBEDDING_BWD_CHUNK) - math.ceil(1 / EMBEDDING_BWD_CHUNK)   # 512 indices against 1
+    chunk_us = (_us(rows["embedding_bwd_fp32_v50257_d768_t512"])
+                - _us(rows["embedding_bwd_fp32_v50257_d768_t1"])) / chunks
     return (f"embedding forward: {out_mb(hot):.0f} MB out of a 100-row table {_us(hot):.1f} us, of a 30522-row one "
             f"{_us(spread):.1f} us; 4096 x 1600 bf16 rows move {_bandwidth_tb_s(wide):.2f} TB/s; 262144 rows of 128 "
             f"fp32 {262144 / _us(short) / 1e3:.2f} G rows/s; direct backward {chunk_us:.2f} us per 32-index chunk")

@@ -27,8 +27,8 @@ from scipy.optimize import lsq_linear
 from estimator.catalog import GPUSpec, get_gpu
 from estimator.errors import ProfileError
 from estimator.jsonl import read_jsonl
-from estimator.price.device_time import (RESIDUAL_CLIP, DeviceTimes, device_times, fit_key, fit_keys, log_floor,
-                                         within_fit_range)
+from estimator.price.device_time import (RESIDUAL_CLIP, DeviceTimes, device_times, dram_floor_s, fit_key, fit_keys,
+                                         log_floor, within_fit_range)
 from estimator.price.host_timeline import launch_costs
 from estimator.price.node_table import NodeTable
 from estimator.price.power import dram_bytes, voltage_ratio
@@ -277,7 +277,7 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
         out.append(RowFeatures(dominant, str(table.op[top]), str(times.effective_mode[top]),
                                math.log(after_latency / total_roof), weights @ times.features,
                                bool(r.get("holdout")), measured, r,
-                               float(weights @ log_floor(table, gpu, times.compute_s, roof))))
+                               float(weights @ log_floor(times.compute_s, dram_floor_s(table, gpu), roof))))
     return out
 
 

@@ -248,8 +248,9 @@ def _transformer_layer_fast(call: OpCall) -> Cost:
 
 # ---------------------------------------------------------------- recurrent layers
 
-RNN_GATES = {0: 1, 1: 1, 2: 4, 3: 3}  # mkldnn/cudnn mode: RNN_RELU, RNN_TANH, LSTM, GRU
+# Listed in the order of the mkldnn/cuDNN mode numbers (0 RNN_RELU ... 3 GRU).
 RNN_MODE_GATES = {"RNN_RELU": 1, "RNN_TANH": 1, "LSTM": 4, "GRU": 3}   # nn.RNNBase.mode
+RNN_GATES = dict(enumerate(RNN_MODE_GATES.values()))                     # by mkldnn/cudnn mode number
 
 
 # cuDNN (9.x, fp32, Hopper) runs the recurrence of a layer this narrow as one persistent kernel per

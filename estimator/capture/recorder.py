@@ -109,29 +109,22 @@ class OpRecorder(TorchDispatchMode):
         if isinstance(module, torch.nn.RNNBase) and isinstance(x, torch.Tensor) and x.dim() in (2, 3):
             self._rnn_steps[id(module)] = int(x.shape[1] if module.batch_first and x.dim() == 3 else x.shape[0])
 
-    def _fused_kernels(self, cost: Cost, category: str) -> int:
-        """Kernels of a fused node at its first op: cuDNN's count for a recurrent module whose steps are
-        known, else the op's own GEMM kernels plus one (later GEMMs add theirs in _merge)."""
+    def _fused_attrs(self, cost: Cost, category: str, dtype: torch.dtype | None) -> dict[str, Any]:
+        """Attributes of a fused node at its first op that the library call decides, not the op: for a
+        recurrent module whose steps are known, cuDNN's kernels, grid barriers and serial steps; else the
+        op's own GEMM kernels plus one (later GEMMs add theirs in _merge), no barriers and its serial steps."""
         rnn = self._rnn_launches()
-        if rnn is not None:
-            return rnn.kernels
-        return (cost.kernels if TENSOR_CORE_CATEGORIES & {category, cost.category} else 0) + 1
+        if rnn is None:
+            return {"math_mode": math_mode(category, dtype, self.tf32), "grid_syncs": 0,
+                    "serial_steps": float(cost.serial_steps),
+                    "kernels": (cost.kernels if TENSOR_CORE_CATEGORIES & {category, cost.category} else 0) + 1}
+        return {"math_mode": self._rnn_math_mode(dtype, rnn), "grid_syncs": rnn.grid_syncs,
+                "serial_steps": rnn.serial_steps, "kernels": rnn.kernels}
 
-    def _fused_grid_syncs(self) -> int:
-        """Grid-wide step barriers of the current fused node: a persistent cuDNN recurrence's, else none."""
-        rnn = self._rnn_launches()
-        return rnn.grid_syncs if rnn is not None else 0
-
-    def _fused_serial_steps(self, cost: Cost) -> float:
-        """Serial round trips of the current fused node: a persistent cuDNN recurrence's, else its first op's."""
-        rnn = self._rnn_launches()
-        return rnn.serial_steps if rnn is not None else float(cost.serial_steps)
-
-    def _fused_math_mode(self, dtype: torch.dtype | None) -> str:
-        """Math mode of the current fused node: a persistent cuDNN recurrence multiplies its fp32 weights
+    def _rnn_math_mode(self, dtype: torch.dtype | None, rnn: RNNLaunches | None) -> str:
+        """Math mode of a fused recurrent node: a persistent cuDNN recurrence multiplies its fp32 weights
         with FMAs (RNN_blockPersist_*_FMA), not on tensor cores, whatever TF32 allows."""
         mode = math_mode("rnn", dtype, self.tf32)
-        rnn = self._rnn_launches()
         return "fp32" if mode == "tf32" and rnn is not None and rnn.grid_syncs else mode
 
     def _rnn_launches(self) -> RNNLaunches | None:
@@ -209,7 +202,7 @@ class OpRecorder(TorchDispatchMode):
             "input_shapes": _shapes(inputs),
             "output_shapes": _shapes(outputs),
             "dtype": dtype_name(dtype),
-            "math_mode": math_mode(category, dtype, self.tf32) if not fused else self._fused_math_mode(dtype),
+            "math_mode": math_mode(category, dtype, self.tf32),
             "flops": float(cost.flops),
             "bytes_read": float(cost.bytes_read),
             "bytes_written": float(cost.bytes_written),
@@ -226,11 +219,11 @@ class OpRecorder(TorchDispatchMode):
             "broadcast": bool(cost.broadcast),
             "broadcast_run": int(cost.broadcast_run),
             "host_syncs": int(cost.host_syncs),
-            "grid_syncs": int(cost.grid_syncs) if not fused else self._fused_grid_syncs(),
+            "grid_syncs": int(cost.grid_syncs),
             "reduce_kernel": bool(cost.reduce_kernel),
             "table_lookup": bool(cost.table_lookup),
-            "serial_steps": float(cost.serial_steps) if not fused else self._fused_serial_steps(cost),
-            "kernels": cost.kernels if not fused else self._fused_kernels(cost, category),
+            "serial_steps": float(cost.serial_steps),
+            "kernels": cost.kernels,
             "supported": bool(cost.supported),
             "free": cost.category == "view",
             "host_only": bool(cost.host_only),
@@ -239,6 +232,8 @@ class OpRecorder(TorchDispatchMode):
             "module_calls": self._module_calls,
             "autocast": self.autocast,
         }
+        if fused:
+            attrs.update(self._fused_attrs(cost, category, dtype))
         self._module_calls = 0
         self.nodes.append(RecordedNode(attrs, producers))
         index = len(self.nodes) - 1
@@ -265,12 +260,13 @@ class OpRecorder(TorchDispatchMode):
         self._fused_seen.update(storage_key(t) for t in call.inputs + outputs)
         a["fused_ops"] += 1
         if cost.category in TENSOR_CORE_CATEGORIES:
-            if self._rnn_launches() is None:   # a recurrent module's count is its own, set when it began
+            rnn = self._rnn_launches()
+            if rnn is None:   # a recurrent module's count is its own, set when it began
                 a["kernels"] += cost.kernels
             if cost.gemm_mnk != (0, 0, 0):
                 a["gemm_m"], a["gemm_n"], a["gemm_k"] = cost.gemm_mnk
             if a["math_mode"] == "int":
-                a["math_mode"] = self._fused_math_mode(torch.float32)
+                a["math_mode"] = self._rnn_math_mode(torch.float32, rnn)
         a["supported"] = a["supported"] and cost.supported
         node.inputs = sorted(set(node.inputs) | {p for p in producers if p != index})
         for t in outputs:

@@ -87,7 +87,8 @@ ROW_VECTOR = 4
 # roofline; fits stay inside their data's feature range in any case). The one exception to the first:
 # an output of at most L2_ABSORBED_SHARE of the L2 cache stays there for its consumer instead of reaching
 # DRAM while the op runs (an embedding lookup of 4096 x 1600 bf16 rows on the H100 moves its 26 MB at
-# 3.7 TB/s, above the DRAM's 3.35), so an op's floor is the time of its other bytes (dram_floor_s).
+# 3.8 TB/s, above the DRAM's 3.35; benchmarks/kernel_facts.py), so an op's floor is the time of its other
+# bytes (dram_floor_s).
 RESIDUAL_CLIP = (0.0, np.log(500.0))
 L2_ABSORBED_SHARE = 0.5
 Z90 = 1.6449                          # two-sided 90 % interval
@@ -176,17 +177,19 @@ def dram_floor_s(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
     return np.where(absorbed, table.bytes - table.bytes_written, table.bytes) / gpu.memory_bandwidth_bytes_per_s
 
 
-def log_floor(table: NodeTable, gpu: GPUSpec, compute_s: np.ndarray, roofline_s: np.ndarray) -> np.ndarray:
-    """The lowest log correction per node: log(max(compute, dram_floor_s) / roofline), at most 0."""
-    floor = np.maximum(compute_s, dram_floor_s(table, gpu))
+def log_floor(compute_s: np.ndarray, dram_s: np.ndarray, roofline_s: np.ndarray) -> np.ndarray:
+    """The lowest log correction per node: log(max(compute, dram_s) / roofline), at most 0 (dram_s:
+    dram_floor_s)."""
+    floor = np.maximum(compute_s, dram_s)
     return np.minimum(np.log(np.maximum(floor, 1e-15) / np.maximum(roofline_s, 1e-15)), RESIDUAL_CLIP[0])
 
 
 def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np.ndarray,
-                      roofline_s: np.ndarray, work_flops: np.ndarray, launches: NodeLaunches) -> np.ndarray:
+                      roofline_s: np.ndarray, work_flops: np.ndarray, launches: NodeLaunches,
+                      dram_s: np.ndarray) -> np.ndarray:
     """Feature matrix (n, len(RESIDUAL_FEATURES)), columns in RESIDUAL_FEATURES order; every feature is
     normalised to the GPU so a fit transfers between GPUs (intensity relative to the ridge point,
-    waves relative to the SM count)."""
+    waves relative to the SM count). dram_s: dram_floor_s of the table."""
     n = len(table)
     bw = gpu.memory_bandwidth_bytes_per_s
     intensity = work_flops / np.maximum(table.bytes, 1.0)
@@ -204,6 +207,7 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     misaligned = is_gemm & ((np.mod(m, align) != 0) | (np.mod(nn, align) != 0) | (np.mod(k, align) != 0))
     rows, row_len = table.rowwise.T
     rowwise = (rows > 0) & (row_len > 0)
+    row_waves = np.ceil(np.maximum(rows, 1.0) / gpu.sm_count)     # rows each SM takes in turn
     f: dict[str, np.ndarray] = {}
     f["const"] = np.ones(n)
     f["ridge_pos"] = np.maximum(r, 0.0)
@@ -252,7 +256,7 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     # A flash-attention tile's work per byte loaded grows with the head dimension (its GEMMs' K).
     attention = table.category == "attention"
     f["log_head_dim"] = np.where(attention, np.clip(np.log2(np.maximum(k, 1.0) / HEAD_DIM_REF), -3.0, 1.0), 0.0)
-    row_time = np.ceil(np.maximum(rows, 1.0) / gpu.sm_count) * table.map_category(ROW_OVERHEAD_S, 0.0)
+    row_time = row_waves * table.map_category(ROW_OVERHEAD_S, 0.0)
     # A column reduction (strided rows) maps outputs to lanes and pays no per-row reduction.
     per_row = rowwise & ((table.category == "norm") | (table.row_segment == 0))
     fixed_and_bytes = roofline_s + OVERHEAD_SCALE_S
@@ -261,9 +265,8 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     # column sums over 64 or 96 long columns take 4.5-5.9x their roofline (benchmarks/kernel_facts.py).
     serial_s = (launches.final_steps + table.serial_steps) * SERIAL_STEP_S
     f["log_serial_steps"] = np.clip(np.log1p(serial_s / fixed_and_bytes), 0.0, 10.0)
-    per_sm = np.ceil(np.maximum(rows, 1.0) / gpu.sm_count) * GATHER_ROW_S + \
-        np.ceil(np.maximum(rows * row_len, 1.0) / gpu.sm_count) * GATHER_ELEMENT_S
-    gather_s = np.maximum(dram_floor_s(table, gpu), per_sm)
+    lookup_s = row_waves * GATHER_ROW_S + np.ceil(np.maximum(rows * row_len, 1.0) / gpu.sm_count) * GATHER_ELEMENT_S
+    gather_s = np.maximum(dram_s, lookup_s)
     f["log_gather_bound"] = np.where(rowwise & table.table_lookup,
                                      np.clip(np.log(gather_s / np.maximum(roofline_s, 1e-12)), -5.0, 5.0), 0.0)
     f["mixed_dtypes"] = table.mixed_dtypes & ~table.tensor_core
@@ -341,7 +344,8 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     # scale exactly 1/f.
     roof_ref = np.maximum(work / np.where(peak_ref > 0, peak_ref, np.inf), memory)
     launches = reduce_launches(table, gpu)
-    x = residual_features(table, gpu, mode, peak_ref, roof_ref, work, launches)
+    dram_s = dram_floor_s(table, gpu)
+    x = residual_features(table, gpu, mode, peak_ref, roof_ref, work, launches, dram_s)
     cols = [RESIDUAL_FEATURES.index(f) for f in profile.residual_features]
     log_eff = np.zeros(len(table))
     coef_var = np.zeros(len(table))
@@ -360,7 +364,7 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
         resid_var[sel] = min(fit.sigma, MAX_LOG_SD) ** 2
     if profile.residual_points:
         log_eff += local_corrections(x[:, cols], table.op, mode, profile.residual_points)
-    log_eff = np.clip(log_eff, log_floor(table, gpu, compute, roof), RESIDUAL_CLIP[1])
+    log_eff = np.clip(log_eff, log_floor(compute, dram_s, roof), RESIDUAL_CLIP[1])
     active = ~(table.free | table.host_only)
     lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
     sync_s = profile.host_sync_s if profile.host_sync_s is not None else prior_profile().host_sync_s
