@@ -25,7 +25,7 @@ RESIDUAL_FEATURES = ("const", "ridge_pos", "ridge_neg", "log_roof_us", "log_wave
                      "log_work_kept", "log_window", "nhwc_lowp", "nhwc_fp32", "log_head_dim", "log_row_overhead",
                      "mixed_dtypes", "broadcast", "odd_rows", "write_share", "relayout", "log_row_segment",
                      "log_broadcast_run", "permuted_lowp", "log_read_amplification", "log_serial_steps",
-                     "log_gather_bound")
+                     "log_gather_bound", "log_tap_bytes")
 # Residual fits are keyed by ATen op or category, optionally narrowed to one math mode: "op@mode".
 MODE_KEY_SEP = "@"
 # Math modes that share one fit: fp16 and bf16 run the same tensor-core kernels at the same peak (the
@@ -118,6 +118,12 @@ class Profile:
     # Device time per grid-wide barrier inside a kernel (s): one step of a persistent recurrent kernel.
     # None: the prior's.
     grid_sync_s: float | None = None
+    # Device time of a persistent recurrent kernel's serial work (s per serial step, Cost.serial_steps:
+    # PERSISTENT_STEP_WEIGHTS recurrent weights multiplied), and the extra per serial step beyond the
+    # share of its weights the kernel keeps in registers (estimator.price.device_time.persistent_steps).
+    # None: the prior's.
+    persistent_step_s: float | None = None
+    spilled_step_s: float | None = None
     path: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -196,9 +202,21 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
         host_only_op_s=float(_need(data, "host_only_op_s", num, where)),
         residual_features=features, residuals=residuals, power=power,
         provenance=data.get("provenance", {}), residual_points=points,
-        host_sync_s=float(_need(data, "host_sync_s", num, where)) if data.get("host_sync_s") is not None else None,
-        grid_sync_s=float(_need(data, "grid_sync_s", num, where)) if data.get("grid_sync_s") is not None else None,
+        **{key: _optional_seconds(data, key, where) for key in OPTIONAL_SECONDS},
     )
+
+
+# Fitted device costs (s) a profile may lack: None means the prior's.
+OPTIONAL_SECONDS = ("host_sync_s", "grid_sync_s", "persistent_step_s", "spilled_step_s")
+
+
+def _optional_seconds(data: dict[str, Any], key: str, where: str) -> float | None:
+    if data.get(key) is None:
+        return None
+    value = float(_need(data, key, (int, float), where))
+    if value < 0:
+        raise ProfileError(f"{where}: {key} must be a non-negative number of seconds, got {value!r}")
+    return value
 
 
 def _residual_points(data: Any, n_features: int, where: str) -> ResidualPoints:

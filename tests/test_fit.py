@@ -16,6 +16,8 @@ import estimator
 from calibration.fit import RawData, fit_profile, load_raw
 from estimator.catalog import get_gpu
 from estimator.errors import ProfileError
+from estimator.price.device_time import persistent_steps
+from estimator.price.node_table import NodeTable
 from estimator.profile import load_profile, prior_profile, profile_from_json
 
 LATENCY_S = 3e-6
@@ -309,10 +311,11 @@ def test_fit_measures_the_cost_of_a_persistent_rnn_step():
     assert fit_profile(synthetic_rows()).grid_sync_s == prior_profile().grid_sync_s
 
 
-def test_fit_tells_a_persistent_steps_barrier_from_its_serial_work():
-    """Persistent RNN steps of several widths: synthetic rows planted with a cost per barrier plus one per
-    serial step (the recurrent weights' multiply) give back the barrier's alone."""
-    barrier_s, serial_s = 0.3e-6, 2e-6
+def test_fit_tells_a_persistent_steps_barrier_from_its_serial_and_spilled_work():
+    """Persistent RNN steps of several widths: synthetic rows planted with a cost per barrier, one per
+    serial step (the recurrent weights' multiply) and one per serial step beyond the weights kept in
+    registers give back all three."""
+    barrier_s, serial_s, spilled_s = 0.3e-6, 0.8e-6, 4e-6
     raw = synthetic_rows()
     gpu = get_gpu("H100")
     for i, (cell, hidden, seq) in enumerate([(torch.nn.LSTM, 32, 64), (torch.nn.GRU, 64, 48), (torch.nn.LSTM, 96, 96),
@@ -322,12 +325,17 @@ def test_fit_tells_a_persistent_steps_barrier_from_its_serial_work():
         nodes = [d for _, d in g.nodes(data=True) if d.get("category") == "rnn"]
         assert nodes[0]["grid_syncs"] == seq and nodes[0]["serial_steps"] > 0
         roof = sum(n["bytes_read"] + n["bytes_written"] for n in nodes) / gpu.memory_bandwidth_bytes_per_s
+        serial, spilled = persistent_steps(NodeTable.from_records(nodes))
         t = (sum(n["kernels"] for n in nodes) * LATENCY_S + seq * barrier_s
-             + sum(n["serial_steps"] for n in nodes) * serial_s + roof)
+             + float(serial.sum()) * serial_s + float(spilled.sum()) * spilled_s + roof)
         raw.rows.append({"name": f"rnn{i}", "category": "rnn", "holdout": False, "nodes": nodes,
                          "kind": "device", "timing_method": "events_queued", "time_ms_median": t * 1e3,
                          "busy_ms": t * 1e3, "error": None, "dry_run": False})
-    assert fit_profile(raw, retrace=False).grid_sync_s == pytest.approx(barrier_s, rel=0.15)
+    prof = fit_profile(raw, retrace=False)
+    assert (prof.grid_sync_s, prof.persistent_step_s, prof.spilled_step_s) == pytest.approx(
+        (barrier_s, serial_s, spilled_s), rel=0.15)
+    saved = load_profile(prof.save(Path(tempfile.mkdtemp()) / "p.json"))
+    assert (saved.persistent_step_s, saved.spilled_step_s) == (prof.persistent_step_s, prof.spilled_step_s)
 
 
 def test_validation_files_skip_a_torn_last_line_and_name_a_corrupt_one(tmp_path):

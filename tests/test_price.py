@@ -11,7 +11,8 @@ import torch
 import estimator
 from estimator.catalog import get_gpu
 from estimator.errors import GraphNotAnnotatedError
-from estimator.price.device_time import OVERHEAD_SCALE_S, device_times
+from estimator.annotate.formulas import PERSISTENT_STEP_WEIGHTS
+from estimator.price.device_time import OVERHEAD_SCALE_S, device_times, persistent_steps
 from estimator.price.host_timeline import simulate
 from estimator.price.node_table import NodeTable
 from estimator.profile import mode_key, prior_profile
@@ -540,7 +541,8 @@ def test_a_narrow_rnn_runs_its_steps_inside_one_persistent_kernel(cell):
     direction whose blocks meet once per step: a few launches whatever the length, a grid barrier per
     step that the profile prices at grid_sync_s each, and serial work per step that grows with the
     recurrent weights (gates x hidden^2)."""
-    from estimator.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN, PERSISTENT_STEP_WEIGHTS
+    from estimator.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN
+    from estimator.price.device_time import PERSISTENT_REGISTER_STEPS
     T, B, H, I, layers = 40, 4, 128, 32, 2
     g = estimator.trace(cell(I, H, layers, bidirectional=True, device="meta"),
                         (torch.empty(T, B, I, device="meta"),), mode="training")
@@ -559,10 +561,36 @@ def test_a_narrow_rnn_runs_its_steps_inside_one_persistent_kernel(cell):
     assert fwd["math_mode"] == bwd["math_mode"] == "fp32"
     wide = estimator.trace(cell(I, 2 * PERSISTENT_RNN_MAX_HIDDEN, device="meta"), (torch.empty(T, B, I, device="meta"),))
     assert [d["math_mode"] for _, d in wide.nodes(data=True) if d.get("category") == "rnn"] == ["tf32"]
+    # Each step costs a barrier, its serial work, and more for weights beyond those kept in registers;
+    # the same node without barriers is no persistent kernel and pays none of it.
     prof = prior_profile()
     table = NodeTable.from_records([fwd, {**fwd, "grid_syncs": 0}])
     times, _ = device_times(table, get_gpu("H100"), 1980.0, prof)
-    assert times.latency_s[0] - times.latency_s[1] == pytest.approx(chains * T * prof.grid_sync_s)
+    per_step = gates * H * H / PERSISTENT_STEP_WEIGHTS
+    spilled = max(per_step - PERSISTENT_REGISTER_STEPS, 0.0)
+    assert times.latency_s[0] - times.latency_s[1] == pytest.approx(
+        chains * T * (prof.grid_sync_s + per_step * prof.persistent_step_s + spilled * prof.spilled_step_s))
+
+
+def test_a_persistent_step_pays_more_per_weight_beyond_those_its_registers_hold():
+    """Past PERSISTENT_REGISTER_STEPS serial steps per barrier a persistent kernel re-reads its weights every
+    step: its step time grows faster with the weights, by the profile's spilled_step_s."""
+    T, B = 50, 4
+    prof, gpu = prior_profile(), get_gpu("H100")
+
+    def step_s(hidden: int) -> tuple[float, float]:
+        g = estimator.trace(torch.nn.LSTM(32, hidden, device="meta"), (torch.empty(T, B, 32, device="meta"),))
+        table = NodeTable.from_records([d for _, d in g.nodes(data=True) if d.get("category") == "rnn"])
+        serial, spilled = persistent_steps(table)
+        times, _ = device_times(table, gpu, 1980.0, prof)
+        assert float(serial.sum()) == pytest.approx(T * 4 * hidden * hidden / PERSISTENT_STEP_WEIGHTS)
+        return float(times.latency_s.sum()), float(spilled.sum())
+
+    (t64, spill64), (t96, spill96), (t192, spill192) = step_s(64), step_s(96), step_s(192)
+    assert spill64 == spill96 == 0.0 < spill192     # 4 x 96^2 = 36864 weights fit, 4 x 192^2 do not
+    narrow_slope = (t96 - t64) / (4 * (96 ** 2 - 64 ** 2))
+    wide_slope = (t192 - t96) / (4 * (192 ** 2 - 96 ** 2))
+    assert wide_slope > 2 * narrow_slope
 
 
 def test_local_correction_is_a_shrunk_kernel_mean_of_the_nearest_residuals():

@@ -26,6 +26,11 @@ from .reduce_launch import NodeLaunches, reduce_launches
 # What a GPU without a hardware path for a math mode runs instead (cuBLAS/cuDNN fall back).
 MATH_MODE_FALLBACK = {"fp8": "fp16", "int8": "fp16", "bf16": "fp32", "fp16": "fp32", "tf32": "fp32",
                       "int": "fp32", "fp64": "fp32"}
+# Bytes per element of a math mode's operands, and the bytes of one filter tap's input channels from
+# which a tensor-core convolution's gather stops mattering (chosen by 5-fold cross-validation: 512 B
+# did best, 128, 256, 768 B and 1 KB 0.4-1.4 points worse in the conv median; benchmarks/cross_validate.py).
+MODE_ELEMENT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}
+TAP_BYTES_REF = 512.0
 GEMM_TILE = 128                       # output tile edge of the tensor-core GEMM kernels that dominate
 # cuBLAS splits a GEMM with fewer output tiles than SMs and a deep K along K over more CTAs (split-K and
 # stream-K kernels), each slice keeping at least SPLIT_K_DEPTH of K: a weight gradient over 400k tokens
@@ -73,6 +78,13 @@ ROW_OVERHEAD_S = {"norm": 1e-7, "reduction": 3e-8}
 # log(1 + steps * SERIAL_STEP_S / (roofline + OVERHEAD_SCALE_S)). benchmarks/cross_validate.py with the
 # launch features (fill, memset, tail): reduction 9.0/10.3 -> 7.4/8.5 %, H100/H200.
 SERIAL_STEP_S = 2.5e-7
+# A persistent recurrent kernel (Cost.grid_syncs > 0) holds its recurrent weights in the registers of
+# the SMs it occupies, up to PERSISTENT_REGISTER_STEPS serial steps' worth per step (49152 fp32 weights,
+# 192 KB); the rest it re-reads every step. On the H100 a step took 0.66 us at 16384 weights, 1.16-1.21
+# at 49152 (GRU, hidden 128), 1.88-2.34 at 65536 (LSTM, 128), 3.84 at 76800 and 7.66 at 147456
+# (python3 benchmarks/kernel_facts.py): beyond the knee each weight costs about six times as much (the
+# profiles' fitted persistent_step_s + spilled_step_s over persistent_step_s). The fit prices both shares per serial step.
+PERSISTENT_REGISTER_STEPS = 0.75
 # A table lookup (Cost.table_lookup) moves one element per thread and finds each element's source row:
 # GATHER_ELEMENT_S per element and GATHER_ROW_S per looked-up row, per SM, bound it where its bytes do
 # not (short rows, or a table that stays in cache: 17 MB looked up from a 100-row table take longer than
@@ -170,6 +182,22 @@ def executed_flops(table: NodeTable, gpu: GPUSpec, mode: np.ndarray) -> np.ndarr
     return np.where(skipped, flops * causal / full, flops)
 
 
+def persistent_steps(table: NodeTable) -> tuple[np.ndarray, np.ndarray]:
+    """(serial steps, spilled serial steps) per node of the persistent kernels (grid_syncs > 0; 0
+    elsewhere): Cost.serial_steps, and the share of them beyond PERSISTENT_REGISTER_STEPS per barrier."""
+    persistent = table.grid_syncs > 0
+    per_barrier = np.divide(table.serial_steps, table.grid_syncs, out=np.zeros(len(table)), where=persistent)
+    spilled = table.grid_syncs * np.maximum(per_barrier - PERSISTENT_REGISTER_STEPS, 0.0)
+    return np.where(persistent, table.serial_steps, 0.0), np.where(persistent, spilled, 0.0)
+
+
+def persistent_step_time_s(table: NodeTable, grid_sync_s: float, step_s: float, spilled_s: float) -> np.ndarray:
+    """Fixed device time per node of its persistent kernels' steps (s): grid_sync_s per barrier, step_s
+    per serial step and spilled_s more per spilled one (persistent_steps)."""
+    serial, spilled = persistent_steps(table)
+    return table.grid_syncs * grid_sync_s + serial * step_s + spilled * spilled_s
+
+
 def dram_floor_s(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
     """Seconds per node for the bytes that must cross the DRAM interface at catalogue bandwidth: all
     but an output small enough to stay in L2 (L2_ABSORBED_SHARE of it)."""
@@ -249,6 +277,14 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     kept = np.divide(work_flops, table.flops, out=np.ones(n), where=table.flops > 0)
     f["log_work_kept"] = np.log(np.clip(kept, 1e-3, 1.0))
     f["log_window"] = np.log2(np.maximum(table.window, 1.0))
+    # An implicit-GEMM convolution gathers its K operand one filter tap at a time, each tap's slice the
+    # input channels of a group: a stem's 3 or 16 channels fill little of a K-block, which the window
+    # size alone mistook for a cost of large windows (5-fold cross-validation, conv median H100/H200:
+    # 11.2/11.3 -> 9.4/9.8 %; benchmarks/cross_validate.py). Saturates at TAP_BYTES_REF.
+    tap_bytes = k / np.maximum(table.window, 1.0) * map_values(mode, MODE_ELEMENT_BYTES, 4.0)
+    tensor_core_conv = (table.category == "conv") & table.tensor_core & is_gemm & (k > 0)
+    f["log_tap_bytes"] = np.where(tensor_core_conv,
+                                  np.clip(np.log2(np.maximum(tap_bytes, 1.0) / TAP_BYTES_REF), -8.0, 0.0), 0.0)
     # cuDNN's NHWC depthwise kernels beat PyTorch's NCHW ones by ~4x in 16-bit but by a shape-dependent
     # 0.3-3.4x in tf32 (benchmarks/kernel_facts.py), so the memory format enters per data precision.
     f["nhwc_lowp"] = table.channels_last & lowp_data
@@ -263,7 +299,8 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     f["log_row_overhead"] = np.where(per_row, np.clip(np.log1p(row_time / fixed_and_bytes), 0.0, 10.0), 0.0)
     # The block that finishes a split reduction adds the partial results in turn, each a round trip to L2:
     # column sums over 64 or 96 long columns take 4.5-5.9x their roofline (benchmarks/kernel_facts.py).
-    serial_s = (launches.final_steps + table.serial_steps) * SERIAL_STEP_S
+    # A persistent kernel's serial steps are priced as fixed time (persistent_step_time_s).
+    serial_s = (launches.final_steps + np.where(table.grid_syncs > 0, 0.0, table.serial_steps)) * SERIAL_STEP_S
     f["log_serial_steps"] = np.clip(np.log1p(serial_s / fixed_and_bytes), 0.0, 10.0)
     lookup_s = row_waves * GATHER_ROW_S + np.ceil(np.maximum(rows * row_len, 1.0) / gpu.sm_count) * GATHER_ELEMENT_S
     gather_s = np.maximum(dram_s, lookup_s)
@@ -368,10 +405,11 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     active = ~(table.free | table.host_only)
     lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
     sync_s = profile.host_sync_s if profile.host_sync_s is not None else prior_profile().host_sync_s
-    grid_s = profile.grid_sync_s if profile.grid_sync_s is not None else prior_profile().grid_sync_s
+    steps = [getattr(profile, key) if getattr(profile, key) is not None else getattr(prior_profile(), key)
+             for key in ("grid_sync_s", "persistent_step_s", "spilled_step_s")]
     kernels = table.kernels + launches.memsets
     latency = np.where(active, kernels * lat_per_kernel + table.host_syncs * (sync_s or 0.0)
-                       + table.grid_syncs * (grid_s or 0.0), 0.0)
+                       + persistent_step_time_s(table, *(s or 0.0 for s in steps)), 0.0)
     corrected = np.where(active, roof * np.exp(log_eff), 0.0)
     device = latency + corrected
     bound = np.where(~active, "none", np.where(latency > corrected, "latency",

@@ -25,7 +25,8 @@ def roofline_profile() -> Profile:
                        tuple(tuple(0.0 for _ in prior.residual_features) for _ in prior.residual_features),
                        0.0, 0.0, 0)
     return replace(prior, kind="roofline", kernel_latency_s=0.0, graph_kernel_latency_s=0.0, host_sync_s=0.0,
-                   grid_sync_s=0.0, host_op_s={"default": 0.0}, host_only_op_s=0.0, residuals={"default": zero})
+                   grid_sync_s=0.0, persistent_step_s=0.0, spilled_step_s=0.0, host_op_s={"default": 0.0},
+                   host_only_op_s=0.0, residuals={"default": zero})
 
 
 def _arch_distance(a: GPUSpec, b: GPUSpec) -> tuple[int, float]:
