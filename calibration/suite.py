@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -272,24 +272,69 @@ _DEPTHWISE_LAYERS = [(96, 56, 7, 1), (192, 28, 7, 1), (384, 14, 7, 1), (768, 7, 
 _GROUPED_LAYERS = [(128, 56), (512, 14), (1024, 7)]
 
 
-def _conv_grid() -> list[tuple[tuple[int, int, int, int, int, int], tuple[int, ...], bool, bool]]:
+# 1-D convolutions of speech and audio encoders and temporal CNNs (cin, cout, length, kernel, stride):
+# Whisper's stem over 3000 log-mel frames, wav2vec 2.0's raw-waveform feature encoder, a TCN block. cuDNN
+# runs them as 2-D convolutions of height 1.
+_CONV1D_LAYERS = [(80, 384, 3000, 3, 1), (384, 384, 3000, 3, 2), (1, 512, 16000, 10, 5), (512, 512, 3199, 3, 2),
+                  (512, 512, 799, 2, 2), (256, 256, 1024, 5, 1)]
+# Transposed convolutions of decoders (cin, cout, hw of the input, kernel, stride): U-Net's 2x2 stride-2
+# up-convolutions and DCGAN's 4x4 stride-2 generator layers.
+_CONV_TRANSPOSE_LAYERS = [(512, 256, 28, 2, 2), (256, 128, 56, 2, 2), (128, 64, 112, 2, 2), (512, 256, 8, 4, 2),
+                          (256, 128, 16, 4, 2), (128, 64, 32, 4, 2)]
+
+
+class _ConvLayer(NamedTuple):
+    cin: int
+    cout: int
+    size: int             # spatial edge of the input (length of a 1-D one)
+    kernel: int
+    stride: int
+    groups: int
+    dims: int = 2         # spatial dimensions
+    transposed: bool = False
+
+    @property
+    def padding(self) -> int:
+        return (self.kernel - self.stride) // 2 if self.transposed else self.kernel // 2
+
+    @property
+    def out_size(self) -> int:
+        if self.transposed:
+            return (self.size - 1) * self.stride - 2 * self.padding + self.kernel
+        return (self.size + 2 * self.padding - self.kernel) // self.stride + 1
+
+    @property
+    def prefix(self) -> str:
+        return ("convT" if self.transposed else "conv") + f"{self.dims}d"
+
+    def tag(self, batch: int, channels_last: bool) -> str:
+        size = f"hw{self.size}" if self.dims == 2 else f"l{self.size}"
+        return (f"c{self.cin}_{self.cout}_{size}_k{self.kernel}_s{self.stride}_g{self.groups}_n{batch}"
+                + ("_nhwc" if channels_last else ""))
+
+
+def _conv_grid() -> list[tuple[_ConvLayer, tuple[int, ...], bool, bool]]:
     """(layer, batches, with backward at every batch, channels-last activations) for every convolution
     benchmark."""
     grid = []
-    for ci, layer in enumerate(_CONV_LAYERS):
-        groups, cin = layer[5], layer[0]
+    for ci, spec in enumerate(_CONV_LAYERS):
+        layer = _ConvLayer(*spec)
         # Dense layers also at batch 128: at large batch cuDNN picks other (faster) algorithms,
         # and a grid whose only big convolutions are awkward ones teaches the fit "big is slow".
-        batches = (1, 32, 128) if ci % 3 == 0 or (groups == 1 and cin >= 64) else (1, 32)
-        if layer == _CONV_LAYERS[0]:
+        batches = (1, 32, 128) if ci % 3 == 0 or (layer.groups == 1 and layer.cin >= 64) else (1, 32)
+        if spec == _CONV_LAYERS[0]:
             batches = batches + _STEM_BATCHES
         grid.append((layer, batches, ci % 2 == 0, False))
     # Depthwise layers in both memory formats: on NCHW data PyTorch runs its own depthwise kernels, on
     # channels-last data (ConvNeXt permutes its activations to NHWC) cuDNN's NHWC kernels, ~4x faster
     # in bf16 and a shape-dependent 0.3-3.4x in tf32 (benchmarks/kernel_facts.py).
-    grid += [((c, c, hw, k, stride, c), (32, 128), True, last) for last in (False, True)
+    grid += [(_ConvLayer(c, c, hw, k, stride, c), (32, 128), True, last) for last in (False, True)
              for c, hw, k, stride in _DEPTHWISE_LAYERS]
-    grid += [((c, c, hw, 3, 1, 32), (32, 128), True, False) for c, hw in _GROUPED_LAYERS]
+    grid += [(_ConvLayer(c, c, hw, 3, 1, 32), (32, 128), True, False) for c, hw in _GROUPED_LAYERS]
+    grid += [(_ConvLayer(cin, cout, length, k, stride, 1, dims=1), (1, 8, 32), True, False)
+             for cin, cout, length, k, stride in _CONV1D_LAYERS]
+    grid += [(_ConvLayer(cin, cout, hw, k, stride, 1, transposed=True), (1, 32, 128), True, False)
+             for cin, cout, hw, k, stride in _CONV_TRANSPOSE_LAYERS]
     return grid
 
 
@@ -305,51 +350,72 @@ def _channels_last(build: Callable[[torch.device, int], Built], args: tuple[int,
     return wrapped
 
 
+def _conv_shapes(layer: _ConvLayer, batch: int, device: torch.device) -> tuple[tuple, tuple, int]:
+    """(input shape, weight shape, groups) of `layer` at `batch` (capped on CPU dry runs)."""
+    g = layer.groups if not _tiny(device) else (min(layer.groups, 4) if layer.groups > 1 else 1)
+    ci_, co_ = _d(layer.cin, device, 8), _d(layer.cout, device, 8)
+    if g > 1:
+        ci_, co_ = g * max(1, ci_ // g), g * max(1, co_ // g)
+    size = _d(layer.size, device, 12 if layer.dims == 2 else 64)
+    window = (layer.kernel,) * layer.dims
+    weight = (ci_, co_ // g, *window) if layer.transposed else (co_, ci_ // g, *window)
+    return (_d(batch, device, 2), ci_, *(size,) * layer.dims), weight, g
+
+
+def _conv_call(layer: _ConvLayer, g: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The forward convolution of `layer` (F.conv1d, F.conv2d or F.conv_transpose2d)."""
+    if layer.transposed:
+        return lambda x, w: F.conv_transpose2d(x, w, None, layer.stride, layer.padding, 0, g)
+    conv = F.conv1d if layer.dims == 1 else F.conv2d
+    return lambda x, w: conv(x, w, None, layer.stride, layer.padding, 1, g)
+
+
 def _conv(out: list[Benchmark]) -> None:
     for mode in ("tf32", "bf16"):
         dt = DTYPES[mode]
-        for (cin, cout, hw, kk, stride, groups), batches, all_bwd, last in _conv_grid():
+        for layer, batches, all_bwd, last in _conv_grid():
+            cin, cout, kk, groups = layer.cin, layer.cout, layer.kernel, layer.groups
             for batch in batches:
-                pad = kk // 2
-                ho = (hw + 2 * pad - kk) // stride + 1
-                fl = 2.0 * batch * cout * ho * ho * (cin // groups) * kk * kk
-                nb = (batch * cin * hw * hw + cout * (cin // groups) * kk * kk + batch * cout * ho * ho) * dt.itemsize
-                tag = f"c{cin}_{cout}_hw{hw}_k{kk}_s{stride}_g{groups}_n{batch}" + ("_nhwc" if last else "")
-                params = {"dtype": mode, "batch": batch, "cin": cin, "cout": cout, "hw": hw, "kernel": kk,
-                          "stride": stride, "groups": groups, "padding": pad}
+                window = kk ** layer.dims
+                in_sp, out_sp = layer.size ** layer.dims, layer.out_size ** layer.dims
+                # a transposed convolution's work is its adjoint's: every input pixel meets every weight
+                fl = 2.0 * batch * window * (cin * in_sp * (cout // groups) if layer.transposed
+                                             else cout * out_sp * (cin // groups))
+                nb = (batch * cin * in_sp + cout * (cin // groups) * window + batch * cout * out_sp) * dt.itemsize
+                tag = layer.tag(batch, last)
+                params = {"dtype": mode, "batch": batch, "cin": cin, "cout": cout, "hw": layer.size, "kernel": kk,
+                          "stride": layer.stride, "groups": groups, "padding": layer.padding}
+                if layer.dims != 2 or layer.transposed:
+                    params.update(dims=layer.dims, transposed=layer.transposed)
                 if last:
                     params["memory_format"] = "channels_last"
 
-                def shapes(device: torch.device, batch=batch, cin=cin, cout=cout, hw=hw, kk=kk, groups=groups):
-                    g = groups if not _tiny(device) else (min(groups, 4) if groups > 1 else 1)
-                    ci_, co_ = (_d(cin, device, 8), _d(cout, device, 8))
-                    if g > 1:
-                        ci_, co_ = g * max(1, ci_ // g), g * max(1, co_ // g)
-                    return (_d(batch, device, 2), ci_, _d(hw, device, 12), _d(hw, device, 12)), \
-                        (co_, ci_ // g, kk, kk), g
-
-                def build_fwd(device: torch.device, seed: int, shapes=shapes, stride=stride, pad=pad, dt=dt) -> Built:
-                    xs, ws, g = shapes(device)
-                    return _simple(lambda x, w: F.conv2d(x, w, None, stride, pad, 1, g), [xs, ws], [dt, dt])(
-                        device, seed)
-                out.append(Benchmark(f"conv2d_fwd_{mode}_{tag}", "conv", {"op": "conv2d", **params},
+                def build_fwd(device: torch.device, seed: int, layer=layer, batch=batch, dt=dt) -> Built:
+                    xs, ws, g = _conv_shapes(layer, batch, device)
+                    return _simple(_conv_call(layer, g), [xs, ws], [dt, dt])(device, seed)
+                out.append(Benchmark(f"{layer.prefix}_fwd_{mode}_{tag}", "conv", {"op": layer.prefix, **params},
                                      _channels_last(build_fwd, (0,)) if last else build_fwd,
                                      est_ms=_est(fl, nb, mode)))
                 if all_bwd or batch >= 32:
-                    def build_bwd(device: torch.device, seed: int, shapes=shapes, stride=stride, pad=pad,
-                                  dt=dt) -> Built:
-                        xs, ws, g = shapes(device)
-                        ho_ = (xs[2] + 2 * pad - ws[2]) // stride + 1
-                        ys = (xs[0], ws[0], ho_, ho_)
+                    def build_bwd(device: torch.device, seed: int, layer=layer, batch=batch, dt=dt) -> Built:
+                        xs, ws, g = _conv_shapes(layer, batch, device)
+                        ys = tuple(_meta_out_shape(_conv_call(layer, g), xs, ws))
+                        n = layer.dims
 
                         def fn(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> Any:
                             return torch.ops.aten.convolution_backward(
-                                dy, x, w, None, [stride, stride], [pad, pad], [1, 1], False, [0, 0], g,
-                                [True, True, False])
+                                dy, x, w, None, [layer.stride] * n, [layer.padding] * n, [1] * n, layer.transposed,
+                                [0] * n, g, [True, True, False])
                         return _simple(fn, [ys, xs, ws], [dt, dt, dt])(device, seed)
-                    out.append(Benchmark(f"conv2d_bwd_{mode}_{tag}", "conv", {"op": "conv2d_backward", **params},
+                    out.append(Benchmark(f"{layer.prefix}_bwd_{mode}_{tag}", "conv",
+                                         {"op": layer.prefix + "_backward", **params},
                                          _channels_last(build_bwd, (0, 1)) if last else build_bwd,
                                          est_ms=_est(2 * fl, 2 * nb, mode)))
+
+
+def _meta_out_shape(fn: Callable[..., torch.Tensor], *shapes: Sequence[int]) -> torch.Size:
+    """Output shape of `fn` on tensors of `shapes`, computed on the meta device (no memory, no kernel)."""
+    return fn(*(torch.empty(s, device="meta") for s in shapes)).shape
 
 
 # ---------------------------------------------------------------- attention
@@ -826,6 +892,21 @@ def _pool(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"avgpool2x2_fp32_n{n}_c{c}_hw{hw}", "pool",
                                  {"op": "avg_pool2d_2x2", "dtype": "fp32", "batch": n, "channels": c, "hw": hw},
                                  build_avg, est_ms=_est(numel, 5.0 * numel)))
+    # 2x upsampling of decoders and feature pyramids (U-Net, diffusion U-Nets, FPN): nearest and bilinear,
+    # forward and backward (the backward sums each output pixel's gradient into its sources).
+    upsample = {"upsample_nearest": (lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), "upsample_nearest2d"),
+                "upsample_bilinear": (lambda x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
+                                      "upsample_bilinear2d")}
+    for prefix, (fn, opname) in upsample.items():
+        for mode in ("fp32", "bf16"):
+            dt = DTYPES[mode]
+            for n, c, hw in [(32, 256, 32), (8, 128, 128), (1, 512, 16), (64, 64, 64)]:
+                numel = n * c * hw * hw
+                def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, dt=dt) -> tuple:
+                    return (_randn(_nchw(device, n, c, hw), dt, device, seed, i),)
+                params = {"dtype": mode, "batch": n, "channels": c, "hw": hw}
+                _fwd_bwd(out, prefix, f"{mode}_n{n}_c{c}_hw{hw}", "pool", opname, params, fn, leaves, 1,
+                         _est(4.0 * numel, 5.0 * numel * dt.itemsize), _est(4.0 * numel, 5.0 * numel * dt.itemsize))
     # Squeeze-and-excitation blocks (RegNetY, EfficientNet, MobileNetV3): every activation is pooled to one
     # value per (sample, channel) and then scaled by one, at stage shapes and batches that fill the GPU.
     for mode in ("fp32", "bf16"):
