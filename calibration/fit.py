@@ -299,7 +299,7 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
         own = np.where(cats == dominant, roof, 0.0)
         weights = own / own.sum()
         top = int(np.argmax(roof))
-        out.append(RowFeatures(dominant, str(table.op[top]), str(times.effective_mode[top]),
+        out.append(RowFeatures(dominant, str(table.fit_op[top]), str(times.effective_mode[top]),
                                math.log(after_latency / total_roof), weights @ times.features,
                                bool(r.get("holdout")), measured, r,
                                float(weights @ log_floor(times.compute_s, dram_floor_s(table, gpu), roof))))

@@ -40,11 +40,22 @@ def mode_key(name: str, mode: str) -> str:
     return name + MODE_KEY_SEP + MODE_FIT_FAMILY.get(mode, mode)
 
 
+VARIANT_OPEN = "["
+
+
+def variant_op(op: str, variant: str) -> str:
+    """`op` qualified by its kernel variant (Cost.variant): "aten.convolution.default[transposed]"."""
+    return f"{op}{VARIANT_OPEN}{variant}]" if variant else op
+
+
 def op_keys(op: str, mode: str) -> tuple[str, ...]:
-    """The per-op keys a node of ATen `op` priced in math `mode` may be fitted under, most specific first:
-    the op in that mode, the op, then the same for its out-of-place form ("aten.add_.Tensor" ->
-    "aten.add.Tensor"), whose kernel an in-place op runs when the suite has not measured it itself."""
+    """The per-op keys a node of ATen `op` (variant_op-qualified) priced in math `mode` may be fitted under,
+    most specific first: the op in that mode, the op, then the same for the op without its variant, and
+    for its out-of-place form ("aten.add_.Tensor" -> "aten.add.Tensor"), whose kernel an in-place op runs
+    when the suite has not measured it itself."""
     keys = (mode_key(op, mode), op)
+    if op.endswith("]") and VARIANT_OPEN in op:
+        return keys + op_keys(op[:op.index(VARIANT_OPEN)], mode)
     namespace, _, rest = op.partition(".")
     name, dot, overload = rest.partition(".")
     if name.endswith("_") and not name.endswith("__") and len(name) > 1:

@@ -273,6 +273,20 @@ def test_most_specific_residual_fit_prices_each_node(big_matmul):
         assert t == pytest.approx(2.0 * plain, rel=0.02)
 
 
+def test_a_kernel_variant_has_its_own_fit_and_falls_back_to_its_ops():
+    """A transposed convolution is priced by the fits of its variant where the profile has them, else by
+    its op's (in its math mode first), never by a sibling variant's."""
+    from estimator.price.device_time import fit_key
+    from estimator.profile import variant_op
+    op = variant_op("aten.convolution.default", "transposed")
+    have = {mode_key(op, "bf16"), "aten.convolution.default@tf32", "aten.convolution.default",
+            variant_op("aten.convolution.default", "1d"), "conv"}
+    assert fit_key(op, "conv", "bf16", have) == mode_key(op, "bf16")
+    assert fit_key(op, "conv", "tf32", have) == "aten.convolution.default@tf32"
+    assert fit_key(variant_op("aten.convolution.default", "3d"), "conv", "fp32", have) == "aten.convolution.default"
+    assert variant_op("aten.convolution.default", "") == "aten.convolution.default"
+
+
 def test_in_place_op_falls_back_to_its_out_of_place_fit_and_pool():
     """An op the suite never measured in place (add_) is priced by its out-of-place form's fit and
     residual pool (add), ahead of the category's fit; an op measured in place keeps its own."""

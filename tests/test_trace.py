@@ -787,6 +787,31 @@ def test_transposed_conv_gemm_shapes():
     assert (bwd["gemm_m"], bwd["gemm_n"], bwd["gemm_k"]) == (2 * 30 * 30, 16, 8 * 16)
 
 
+def test_transposed_and_1d_convolutions_are_kernel_variants():
+    """cuDNN runs a transposed convolution with data-gradient kernels and a 1-D one over height-1 planes:
+    both ops and their backward carry the variant, so the residual fit can give them fits of their own
+    while a plain 2-D convolution keeps the op's."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ConvTranspose2d(8, 8, 2, 2), torch.nn.Flatten(2),
+                                torch.nn.Conv1d(8, 4, 3))
+    graph = trace(model, (torch.empty(2, 3, 10, 10),), mode="training")
+    assert [d["variant"] for d in _conv_nodes(graph, "convolution")] == ["", "transposed", "1d"]
+    assert sorted(d["variant"] for d in _conv_nodes(graph, "convolution_backward")) == ["", "1d", "transposed"]
+
+
+@pytest.mark.parametrize("mode, channels_last, serial", [("bilinear", False, True), ("bilinear", True, False),
+                                                         ("nearest", False, False)])
+def test_interpolation_of_nchw_planes_loops_over_them_serially(mode, channels_last, serial):
+    """PyTorch's CUDA kernel for (bi)linear interpolation of contiguous NCHW data gives each thread an
+    output position and walks every (sample, channel) plane in turn; channels-last data and nearest
+    upsampling take kernels parallel over all outputs."""
+    x = torch.empty(4, 6, 8, 8)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    graph = trace(torch.nn.Upsample(scale_factor=2, mode=mode), (x,))
+    node, = [d for _, d in graph.nodes(data=True) if d["category"] == "pool"]
+    assert node["serial_steps"] == (4 * 6 if serial else 0)
+
+
 @pytest.mark.parametrize("groups", [1, 4, 16])
 def test_grouped_conv_backward_flops_count_each_group_once(groups):
     """Each gradient of a convolution costs what its forward does; torch's formula prices a grouped

@@ -95,7 +95,17 @@ def _convolution(call: OpCall) -> Cost:
     y = _shape(tensors(call.out)[0])
     mnk, g = _conv_gemm(_shape(x), _shape(w), y, groups, transposed)
     return replace(_with_gemm(call, "conv", torch_flops(call), mnk, g), window=math.prod(_shape(w)[2:]),
-                   channels_last=is_channels_last(x), gemm_plane=_gemm_plane(_shape(x), _shape(w), y, groups))
+                   channels_last=is_channels_last(x), gemm_plane=_gemm_plane(_shape(x), _shape(w), y, groups),
+                   variant=_conv_variant(_shape(w), transposed))
+
+
+def _conv_variant(w: tuple, transposed: bool) -> str:
+    """Cost.variant of a convolution with weight `w`: "transposed" (cuDNN runs it with data-gradient
+    kernels), "1d"/"3d" by its spatial dimensions, "" for a plain 2-D one."""
+    if transposed:
+        return "transposed"
+    dims = len(w) - 2
+    return "" if dims == 2 else f"{dims}d"
 
 
 def _gemm_plane(x: tuple, w: tuple, y: tuple, groups: int) -> int:
@@ -123,7 +133,8 @@ def _convolution_backward(call: OpCall) -> Cost:
         flops -= _weight_grad_overcount(grad_out, x, w, groups, transposed)
     return replace(_with_gemm(call, "conv", flops, dgrad if mask[0] else mnk, g, kernels),
                    window=window, channels_last=is_channels_last(x),
-                   gemm_plane=_gemm_plane(_shape(x), _shape(w), _shape(grad_out), groups))
+                   gemm_plane=_gemm_plane(_shape(x), _shape(w), _shape(grad_out), groups),
+                   variant=_conv_variant(_shape(w), transposed))
 
 
 def _weight_grad_overcount(grad_out: Any, x: Any, w: Any, groups: int, transposed: bool) -> float:
@@ -482,12 +493,27 @@ register_cost(*iter_ops([
     "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_max_pool2d", "adaptive_max_pool3d",
     "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward", "adaptive_max_pool2d_backward",
 ]))(by_category("pool", flops_per_input=1.0))
+_RESAMPLE = by_category("pool", flops_per_output=4.0)
 register_cost(*iter_ops([
-    "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_bilinear2d",
-    "upsample_bicubic2d", "upsample_linear1d", "upsample_trilinear3d", "_upsample_nearest_exact2d",
+    "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact2d",
     "upsample_nearest2d_backward", "upsample_bilinear2d_backward", "_upsample_bilinear2d_aa",
     "grid_sampler_2d", "grid_sampler_2d_backward", "im2col", "col2im",
-]))(by_category("pool", flops_per_output=4.0))
+]))(_RESAMPLE)
+
+
+@register_cost(*iter_ops(["upsample_bilinear2d", "upsample_bicubic2d", "upsample_linear1d", "upsample_trilinear3d"]))
+def _interpolate(call: OpCall) -> Cost:
+    # PyTorch's CUDA kernel for interpolating contiguous (NCHW) data gives each thread one output
+    # position and loops over every (sample, channel) plane in turn: 2x bilinear upsampling of
+    # 32 x 256 planes of 32x32 took 3.2 ms on the H100, of 8 x 128 planes of 128x128 (as many outputs,
+    # 16x the positions) 0.44 ms (data/calibration/H100-SXM.jsonl). Channels-last data takes a kernel
+    # parallel over all outputs.
+    cost = _RESAMPLE(call)
+    x = call.args[0] if call.args else None
+    shape = _shape(x)
+    if len(shape) < 3 or is_channels_last(x):
+        return cost
+    return replace(cost, serial_steps=float(shape[0] * shape[1]))
 
 
 # ---------------------------------------------------------------- embeddings, gathers, copies

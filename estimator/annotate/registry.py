@@ -81,6 +81,9 @@ class Cost:
     serial_steps: round trips to memory that the op's kernel makes one after another whatever the GPU's
         width (a block walking its indices in chunks, each chunk waiting on the last): latency a roofline
         does not see.
+    variant: which family of the op's kernels its arguments select where the families differ in kind
+        (a transposed or a 1-D convolution: data-gradient kernels, height-1 planes), "" for the op's
+        usual one; the residual fit gives a variant with enough benchmarks a fit of its own.
     """
 
     flops: float
@@ -109,6 +112,7 @@ class Cost:
     reduce_kernel: bool = False
     table_lookup: bool = False
     serial_steps: float = 0.0
+    variant: str = ""
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:

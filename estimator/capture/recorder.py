@@ -223,6 +223,7 @@ class OpRecorder(TorchDispatchMode):
             "reduce_kernel": bool(cost.reduce_kernel),
             "table_lookup": bool(cost.table_lookup),
             "serial_steps": float(cost.serial_steps),
+            "variant": str(cost.variant),
             "kernels": cost.kernels,
             "supported": bool(cost.supported),
             "free": cost.category == "view",

@@ -279,8 +279,8 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     f["log_window"] = np.log2(np.maximum(table.window, 1.0))
     # An implicit-GEMM convolution gathers its K operand one filter tap at a time, each tap's slice the
     # input channels of a group: a stem's 3 or 16 channels fill little of a K-block, which the window
-    # size alone mistook for a cost of large windows (5-fold cross-validation, conv median H100/H200:
-    # 11.2/11.3 -> 9.4/9.8 %; benchmarks/cross_validate.py). Saturates at TAP_BYTES_REF.
+    # size alone mistook for a cost of large windows (5-fold cross-validation on the session-13 suite,
+    # conv median H100/H200: 11.2/11.3 -> 9.4/9.8 %; benchmarks/cross_validate.py). Saturates at TAP_BYTES_REF.
     tap_bytes = k / np.maximum(table.window, 1.0) * map_values(mode, MODE_ELEMENT_BYTES, 4.0)
     tensor_core_conv = (table.category == "conv") & table.tensor_core & is_gemm & (k > 0)
     f["log_tap_bytes"] = np.where(tensor_core_conv,
@@ -348,7 +348,7 @@ def fit_keys(table: NodeTable, mode: np.ndarray, available: Iterable[str]) -> np
     have = set(available)
     resolved: dict[tuple[str, str, str], str] = {}
     keys = np.empty(len(table), dtype=object)
-    for i, triple in enumerate(zip(table.op.tolist(), table.category.tolist(), mode.tolist())):
+    for i, triple in enumerate(zip(table.fit_op.tolist(), table.category.tolist(), mode.tolist())):
         key = resolved.get(triple)
         if key is None:
             key = resolved[triple] = fit_key(*triple, have)
@@ -400,7 +400,7 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
         coef_var[sel] = np.clip(np.einsum("ij,jk,ik->i", xs, cov, xs), 0.0, MAX_LOG_SD ** 2)
         resid_var[sel] = min(fit.sigma, MAX_LOG_SD) ** 2
     if profile.residual_points:
-        log_eff += local_corrections(x[:, cols], table.op, mode, profile.residual_points)
+        log_eff += local_corrections(x[:, cols], table.fit_op, mode, profile.residual_points)
     log_eff = np.clip(log_eff, log_floor(compute, dram_s, roof), RESIDUAL_CLIP[1])
     active = ~(table.free | table.host_only)
     lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s

@@ -11,6 +11,7 @@ import numpy as np
 from ..annotate.registry import CATEGORIES, TENSOR_CORE_CATEGORIES
 from ..capture.trace import GRAPH_SCHEMA
 from ..errors import GraphNotAnnotatedError
+from ..profile import variant_op
 
 REQUIRED_NODE_ATTRS = ("op", "category", "phase", "flops", "bytes_read", "bytes_written", "math_mode",
                        "kernels", "free", "host_only")
@@ -48,6 +49,7 @@ class NodeTable:
     reduce_kernel: np.ndarray # bool: runs ATen's generic reduction kernel (launch: estimator.price.reduce_launch)
     table_lookup: np.ndarray  # bool: looks table rows up by index (an embedding)
     serial_steps: np.ndarray  # memory round trips its kernel makes one after another
+    fit_op: np.ndarray        # str: the op qualified by its kernel variant (Cost.variant), as fits key it
     free: np.ndarray          # bool: metadata-only, no kernel, no host dispatch worth pricing
     host_only: np.ndarray     # bool: runs on the CPU only
     supported: np.ndarray     # bool
@@ -97,6 +99,8 @@ class NodeTable:
             reduce_kernel=np.asarray(col("reduce_kernel", False), dtype=bool),
             table_lookup=np.asarray(col("table_lookup", False), dtype=bool),
             serial_steps=np.asarray(col("serial_steps", 0.0), dtype=float),
+            fit_op=np.asarray([variant_op(str(r.get("op", "")), str(r.get("variant") or "")) for r in rows],
+                              dtype=object),
             free=np.asarray(col("free", False), dtype=bool),
             host_only=np.asarray(col("host_only", False), dtype=bool),
             supported=np.asarray(col("supported", True), dtype=bool),
