@@ -208,6 +208,21 @@ def test_file_factory_returning_module_and_inputs(tmp_path):
     assert lm.example_inputs[0].shape == (5, 8)
 
 
+def test_file_factory_gets_the_batch_it_asks_for_and_a_fixed_batch_is_not_overridden_silently(tmp_path):
+    path = _write(tmp_path, """
+        import torch
+        def sized(batch, seq=16):
+            return torch.nn.Linear(8, 4), (torch.randn(batch, seq, 8),)
+        def fixed():
+            return torch.nn.Linear(8, 4), (torch.randn(1, 8),)
+    """)
+    lm = load_model(f"{path}:sized", batch=6, seq=3)
+    assert lm.batch == 6 and lm.example_inputs[0].shape == (6, 3, 8)
+    assert load_model(f"{path}:fixed").batch == 1
+    with pytest.raises(ModelSpecError, match="batch 6 was asked for.*batch 1.*`batch` parameter"):
+        load_model(f"{path}:fixed", batch=6)
+
+
 def test_file_factory_returning_module_only_gets_guessed_inputs(tmp_path):
     path = _write(tmp_path, """
         import torch

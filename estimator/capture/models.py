@@ -6,7 +6,8 @@ Spec forms:
   hf:NAME                        a transformers model from a config shipped in `hf_configs/` (gpt2,
                                  bert-base-uncased, llama, llama-3b) or a JSON config file path
   lstm, gru                      built-in recurrent language models (`zoo.py`)
-  path/to/file.py:factory        `factory()` from a Python file: a module, or (module, example_inputs)
+  path/to/file.py:factory        `factory()` from a Python file: a module, or (module, example_inputs);
+                                 a factory with parameters named batch, seq or image_size is given them
 
 By default the model is built on the meta device: no weights are materialised, so even
 multi-billion-parameter models load instantly; `trace` needs only shapes and dtypes. With
@@ -82,7 +83,7 @@ def load_model(spec: str, *, batch: int = 1, seq: int | None = None, image_size:
     elif spec in zoo.ZOO:
         loaded = _load_zoo(spec, batch, seq, device)
     elif _is_file_spec(spec):
-        loaded = _load_file(spec, batch, device)
+        loaded = _load_file(spec, batch, device, seq=seq, image_size=image_size)
     else:
         loaded = _load_torchvision(spec, batch, image_size, device)
     if dtype is not None:
@@ -377,7 +378,8 @@ def _is_file_spec(spec: str) -> bool:
     return path.endswith(".py") or "/" in spec or "\\" in spec
 
 
-def _load_file(spec: str, batch: int, device: torch.device) -> LoadedModel:
+def _load_file(spec: str, batch: int, device: torch.device, seq: int | None = None,
+               image_size: int | None = None) -> LoadedModel:
     path_str, sep, factory_name = spec.rpartition(":")
     if not sep or not path_str.endswith(".py"):
         path_str, factory_name = spec, ""
@@ -405,8 +407,13 @@ def _load_file(spec: str, batch: int, device: torch.device) -> LoadedModel:
     if factory is None or not callable(factory):
         raise ModelSpecError(f"{path} has no callable {factory_name!r}{_close(factory_name, callables)} "
                              f"callables in the file: {', '.join(callables) or 'none'}")
+    sizes = {"batch": batch, "seq": seq, "image_size": image_size}
+    try:
+        accepted = inspect.signature(factory).parameters
+    except (TypeError, ValueError):   # a builtin or C callable without an inspectable signature
+        accepted = {}
     with torch.device(device):
-        result = factory()
+        result = factory(**{k: v for k, v in sizes.items() if k in accepted and v is not None})
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module):
         model, inputs = result
     elif isinstance(result, nn.Module):
@@ -428,6 +435,10 @@ def _load_file(spec: str, batch: int, device: torch.device) -> LoadedModel:
         model = model.to("meta")
     first = next((t for t in torch.utils._pytree.tree_leaves(inputs) if isinstance(t, torch.Tensor)), None)
     inferred = int(first.shape[0]) if first is not None and first.dim() > 0 else batch
+    if batch > 1 and inferred != batch:
+        raise ModelSpecError(f"{spec}: batch {batch} was asked for but the factory's example inputs have batch "
+                             f"{inferred}; give {factory_name}() a `batch` parameter (gpuest passes --batch to it) "
+                             "or build its inputs at that batch")
     return LoadedModel(name=f"{path.name}:{factory_name}", family=_family(model, default="other"),
                        model=model, example_inputs=inputs, batch=inferred)
 
