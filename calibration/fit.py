@@ -186,9 +186,11 @@ def persistent_step_costs(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: f
     step (weights beyond those the kernel keeps in registers; a persistent step takes 0.3 us at 4096
     recurrent weights and 7.7 us at 147456 on the H100). A share no benchmark has keeps the prior's cost;
     too few benchmarks to split give the median per barrier and no step costs."""
+    def launches_and_syncs_s(table: NodeTable, times: DeviceTimes) -> float:
+        return float(times.kernels.sum()) * latency_s + float(table.host_syncs.sum()) * sync_s
+
     kept = []
-    for events, table, left in _time_beyond(rows, gpu, "grid_syncs", lambda t, times: float(
-            times.kernels.sum()) * latency_s + float(t.host_syncs.sum()) * sync_s):
+    for events, table, left in _time_beyond(rows, gpu, "grid_syncs", launches_and_syncs_s):
         serial, spilled = persistent_steps(table)
         if left > 0:
             kept.append((events, float(serial.sum()), float(spilled.sum()), left))

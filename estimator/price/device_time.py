@@ -28,7 +28,7 @@ MATH_MODE_FALLBACK = {"fp8": "fp16", "int8": "fp16", "bf16": "fp32", "fp16": "fp
                       "int": "fp32", "fp64": "fp32"}
 # Bytes per element of a math mode's operands, and the bytes of one filter tap's input channels from
 # which a tensor-core convolution's gather stops mattering (chosen by 5-fold cross-validation: 512 B
-# did best, 128, 256, 768 B and 1 KB 0.4-1.4 points worse in the conv median; benchmarks/cross_validate.py).
+# did best, 128, 256, 768 B and 1 KB 0.4-1.4 points worse in the conv median).
 MODE_ELEMENT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}
 TAP_BYTES_REF = 512.0
 GEMM_TILE = 128                       # output tile edge of the tensor-core GEMM kernels that dominate
@@ -83,7 +83,8 @@ SERIAL_STEP_S = 2.5e-7
 # 192 KB); the rest it re-reads every step. On the H100 a step took 0.66 us at 16384 weights, 1.16-1.21
 # at 49152 (GRU, hidden 128), 1.88-2.34 at 65536 (LSTM, 128), 3.84 at 76800 and 7.66 at 147456
 # (python3 benchmarks/kernel_facts.py): beyond the knee each weight costs about six times as much (the
-# profiles' fitted persistent_step_s + spilled_step_s over persistent_step_s). The fit prices both shares per serial step.
+# profiles' fitted persistent_step_s + spilled_step_s over persistent_step_s). The fit prices both
+# shares per serial step.
 PERSISTENT_REGISTER_STEPS = 0.75
 # A table lookup (Cost.table_lookup) moves one element per thread and finds each element's source row:
 # GATHER_ELEMENT_S per element and GATHER_ROW_S per looked-up row, per SM, bound it where its bytes do
@@ -280,7 +281,8 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     # An implicit-GEMM convolution gathers its K operand one filter tap at a time, each tap's slice the
     # input channels of a group: a stem's 3 or 16 channels fill little of a K-block, which the window
     # size alone mistook for a cost of large windows (5-fold cross-validation on the session-13 suite,
-    # conv median H100/H200: 11.2/11.3 -> 9.4/9.8 %; benchmarks/cross_validate.py). Saturates at TAP_BYTES_REF.
+    # conv median H100/H200: 11.2/11.3 -> 9.4/9.8 %; benchmarks/cross_validate.py). Saturates at
+    # TAP_BYTES_REF.
     tap_bytes = k / np.maximum(table.window, 1.0) * map_values(mode, MODE_ELEMENT_BYTES, 4.0)
     tensor_core_conv = (table.category == "conv") & table.tensor_core & is_gemm & (k > 0)
     f["log_tap_bytes"] = np.where(tensor_core_conv,
