@@ -40,7 +40,7 @@ NODE_KEYS = ("op", "cpu_op", "category", "phase", "math_mode", "dtype", "flops",
              "gemm_m", "gemm_n", "gemm_k", "gemm_batch", "row_count", "row_len", "row_segment", "flops_skipped", "permuted",
              "read_amplification", "window", "channels_last", "gemm_plane", "mixed_dtypes", "broadcast",
              "broadcast_run", "host_syncs", "grid_syncs", "reduce_kernel", "table_lookup", "serial_steps", "variant",
-             "kernels",
+             "atomic_adds", "kernels",
              "host_only", "supported", "input_shapes", "output_shapes")
 POWER_KEYS = ("energy_j", "avg_power_w", "duration_s", "source", "sm_clock_mhz", "sm_clock_min_mhz", "mem_clock_mhz",
               "temperature_c", "throttle_reasons", "throttled", "reliable", "power_limit_w", "power_samples",

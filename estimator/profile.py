@@ -25,7 +25,7 @@ RESIDUAL_FEATURES = ("const", "ridge_pos", "ridge_neg", "log_roof_us", "log_wave
                      "log_work_kept", "log_window", "nhwc_lowp", "nhwc_fp32", "log_head_dim", "log_row_overhead",
                      "mixed_dtypes", "broadcast", "odd_rows", "write_share", "relayout", "log_row_segment",
                      "log_broadcast_run", "permuted_lowp", "log_read_amplification", "log_serial_steps",
-                     "log_gather_bound", "log_tap_bytes")
+                     "log_gather_bound", "log_tap_bytes", "atomic_lowp")
 # Residual fits are keyed by ATen op or category, optionally narrowed to one math mode: "op@mode".
 MODE_KEY_SEP = "@"
 # Math modes that share one fit: fp16 and bf16 run the same tensor-core kernels at the same peak (the

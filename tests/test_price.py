@@ -273,6 +273,17 @@ def test_most_specific_residual_fit_prices_each_node(big_matmul):
         assert t == pytest.approx(2.0 * plain, rel=0.02)
 
 
+def test_only_16_bit_atomic_accumulation_sets_the_atomic_lowp_feature():
+    from estimator.profile import RESIDUAL_FEATURES
+    base = {"op": "aten.upsample_bilinear2d_backward.default", "category": "pool", "flops": 1e6,
+            "bytes_read": 4e6, "bytes_written": 1e6}
+    table = NodeTable.from_records([{**base, "math_mode": "bf16", "atomic_adds": True},
+                                    {**base, "math_mode": "fp32", "atomic_adds": True},
+                                    {**base, "math_mode": "bf16", "atomic_adds": False}])
+    times, _ = device_times(table, get_gpu("H100"), 1980.0, prior_profile())
+    assert times.features[:, RESIDUAL_FEATURES.index("atomic_lowp")].tolist() == [1.0, 0.0, 0.0]
+
+
 def test_a_kernel_variant_has_its_own_fit_and_falls_back_to_its_ops():
     """A transposed convolution is priced by the fits of its variant where the profile has them, else by
     its op's (in its math mode first), never by a sibling variant's."""

@@ -812,6 +812,22 @@ def test_interpolation_of_nchw_planes_loops_over_them_serially(mode, channels_la
     assert node["serial_steps"] == (4 * 6 if serial else 0)
 
 
+def test_scatters_are_marked_as_atomic_accumulation():
+    """Interpolation gradients and index_add / scatter_add scatter with atomic adds (16-bit ones cost about
+    twice fp32 ones); the forward interpolation and a plain gather do not."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 1), torch.nn.Upsample(scale_factor=2, mode="bilinear"))
+    graph = trace(model, (torch.empty(2, 4, 8, 8),), mode="training")
+    atomic = {d["op"]: d["atomic_adds"] for _, d in graph.nodes(data=True) if d["category"] == "pool"}
+    assert atomic == {"aten.upsample_bilinear2d.default": False, "aten.upsample_bilinear2d_backward.default": True}
+
+    class Scatter(torch.nn.Module):
+        def forward(self, x, i):
+            return torch.zeros(10, 4).index_add(0, i, x) + torch.zeros(10, 4).scatter_add(0, i[:, None].expand(-1, 4), x)
+    graph = trace(Scatter(), (torch.empty(6, 4), torch.zeros(6, dtype=torch.long)))
+    assert sorted(d["op"] for _, d in graph.nodes(data=True) if d.get("atomic_adds")) == [
+        "aten.index_add.default", "aten.scatter_add.default"]
+
+
 @pytest.mark.parametrize("groups", [1, 4, 16])
 def test_grouped_conv_backward_flops_count_each_group_once(groups):
     """Each gradient of a convolution costs what its forward does; torch's formula prices a grouped

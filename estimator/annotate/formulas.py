@@ -496,9 +496,22 @@ register_cost(*iter_ops([
 _RESAMPLE = by_category("pool", flops_per_output=4.0)
 register_cost(*iter_ops([
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact2d",
-    "upsample_nearest2d_backward", "upsample_bilinear2d_backward", "_upsample_bilinear2d_aa",
-    "grid_sampler_2d", "grid_sampler_2d_backward", "im2col", "col2im",
+    "upsample_nearest2d_backward", "_upsample_bilinear2d_aa", "grid_sampler_2d", "im2col", "col2im",
 ]))(_RESAMPLE)
+
+
+def _atomic(formula):
+    """`formula` for an op whose CUDA kernel scatters into its output with atomic adds."""
+    def with_atomics(call: OpCall) -> Cost:
+        return replace(formula(call), atomic_adds=True)
+    return with_atomics
+
+
+# Interpolation and sampling gradients scatter each output gradient into the inputs it was read from;
+# index_add and scatter_add scatter by index (2x bilinear upsampling backward took 2.1x as long in bf16
+# as in fp32 on the H100, data/calibration/H100-SXM.jsonl).
+register_cost(*iter_ops(["upsample_bilinear2d_backward", "upsample_bicubic2d_backward", "upsample_linear1d_backward",
+                         "upsample_trilinear3d_backward", "grid_sampler_2d_backward"]))(_atomic(_RESAMPLE))
 
 
 @register_cost(*iter_ops(["upsample_bilinear2d", "upsample_bicubic2d", "upsample_linear1d", "upsample_trilinear3d"]))
@@ -611,10 +624,11 @@ def _embedding_backward(call: OpCall) -> Cost:
                 kernels=kernels, host_syncs=syncs, serial_steps=float(serial))
 
 
+register_cost(*iter_ops(["scatter_add", "index_add"]))(_atomic(by_category("copy")))
 register_cost(*iter_ops([
-    "_to_copy", "copy_", "clone", "cat", "stack", "scatter", "scatter_add",
+    "_to_copy", "copy_", "clone", "cat", "stack", "scatter",
     "scatter_reduce", "index_put", "index_put_", "_index_put_impl_",
-    "index_add", "index_copy", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
+    "index_copy", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
     "constant_pad_nd", "reflection_pad2d", "replication_pad2d", "reflection_pad1d", "fill", "fill_",
     "zero_", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones",
     "new_full", "arange", "repeat", "flip", "masked_scatter", "_unsafe_view_copy",

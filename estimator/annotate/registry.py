@@ -84,6 +84,8 @@ class Cost:
     variant: which family of the op's kernels its arguments select where the families differ in kind
         (a transposed or a 1-D convolution: data-gradient kernels, height-1 planes), "" for the op's
         usual one; the residual fit gives a variant with enough benchmarks a fit of its own.
+    atomic_adds: the kernel accumulates into its output with atomic adds (a scatter): 16-bit atomic
+        adds take about twice the time of fp32 ones (compare-and-swap loops or paired adds).
     """
 
     flops: float
@@ -113,6 +115,7 @@ class Cost:
     table_lookup: bool = False
     serial_steps: float = 0.0
     variant: str = ""
+    atomic_adds: bool = False
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:

@@ -224,6 +224,7 @@ class OpRecorder(TorchDispatchMode):
             "table_lookup": bool(cost.table_lookup),
             "serial_steps": float(cost.serial_steps),
             "variant": str(cost.variant),
+            "atomic_adds": bool(cost.atomic_adds),
             "kernels": cost.kernels,
             "supported": bool(cost.supported),
             "free": cost.category == "view",

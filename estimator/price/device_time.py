@@ -308,6 +308,9 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     gather_s = np.maximum(dram_s, lookup_s)
     f["log_gather_bound"] = np.where(rowwise & table.table_lookup,
                                      np.clip(np.log(gather_s / np.maximum(roofline_s, 1e-12)), -5.0, 5.0), 0.0)
+    # 16-bit atomic adds run as compare-and-swap loops or paired adds: a scatter of bf16 gradients takes
+    # about twice its fp32 time (Cost.atomic_adds).
+    f["atomic_lowp"] = table.atomic_adds & lowp_data
     f["mixed_dtypes"] = table.mixed_dtypes & ~table.tensor_core
     f["broadcast"] = table.broadcast & ~table.tensor_core
     # A broadcast op re-reads the expanded value at every run of it: a per-channel scale over 7x7 planes

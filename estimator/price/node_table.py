@@ -50,6 +50,7 @@ class NodeTable:
     table_lookup: np.ndarray  # bool: looks table rows up by index (an embedding)
     serial_steps: np.ndarray  # memory round trips its kernel makes one after another
     fit_op: np.ndarray        # str: the op qualified by its kernel variant (Cost.variant), as fits key it
+    atomic_adds: np.ndarray   # bool: accumulates into its output with atomic adds (a scatter)
     free: np.ndarray          # bool: metadata-only, no kernel, no host dispatch worth pricing
     host_only: np.ndarray     # bool: runs on the CPU only
     supported: np.ndarray     # bool
@@ -101,6 +102,7 @@ class NodeTable:
             serial_steps=np.asarray(col("serial_steps", 0.0), dtype=float),
             fit_op=np.asarray([variant_op(str(r.get("op", "")), str(r.get("variant") or "")) for r in rows],
                               dtype=object),
+            atomic_adds=np.asarray(col("atomic_adds", False), dtype=bool),
             free=np.asarray(col("free", False), dtype=bool),
             host_only=np.asarray(col("host_only", False), dtype=bool),
             supported=np.asarray(col("supported", True), dtype=bool),
