@@ -534,6 +534,15 @@ def test_data_dependent_control_flow_names_the_module():
     assert "'gate'" in msg and "data-dependent" in msg
 
 
+def test_a_training_step_of_a_model_without_trainable_parameters_says_so():
+    frozen = torch.nn.Linear(8, 8).requires_grad_(False)
+    for model in (torch.nn.Upsample(scale_factor=2), frozen):
+        with pytest.raises(TraceError, match="no parameter that requires grad.*mode='inference'"):
+            trace(model, (torch.empty(2, 4, 8, 8) if isinstance(model, torch.nn.Upsample) else torch.empty(2, 8),),
+                  mode="training")
+    assert trace(frozen, (torch.empty(2, 8),)).number_of_nodes() > 0   # inference needs no gradients
+
+
 @torch.library.custom_op("gpuest_test::mystery", mutates_args=())
 def _mystery(x: torch.Tensor) -> torch.Tensor:
     return x * 3

@@ -92,6 +92,10 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
                        for n, b in model.named_buffers(remove_duplicate=False)}
             inputs = tree_map(lambda x: _fake_like(x, weight_dtype) if isinstance(x, torch.Tensor) else x,
                               example_inputs)
+            if training and not any(p.requires_grad for p in params.values()):
+                raise TraceError(f"cannot trace a training step of {name or root}: it has no parameter that "
+                                 "requires grad, so backward has nothing to differentiate; use mode='inference' "
+                                 "(no --train), or leave some of its parameters trainable")
             opt = _make_optimizer(params, optimizer) if training else None
         if isinstance(inputs, dict):
             args, kwargs = (), inputs
