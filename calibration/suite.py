@@ -497,28 +497,28 @@ def _rnn(out: list[Benchmark]) -> None:
     for cell in ("lstm", "gru"):
         for seq, batch, fin, hid, layers in configs + (lstm_only if cell == "lstm" else []):
             _rnn_benchmarks(out, cell, seq, batch, fin, hid, layers, False)
-    # Session 10: rnn had 6 held-out shapes. Small hidden sizes (whose steps are launch-bound), language
-    # and speech models' shapes, and bidirectional layers; GRUs kept to few steps (slow CPU traces).
-    for cell, seq, batch, fin, hid, layers, bidir in [
-            ("lstm", 35, 20, 650, 650, 2, False), ("lstm", 100, 32, 128, 128, 1, False),
-            ("lstm", 50, 1, 128, 128, 1, False), ("lstm", 20, 64, 300, 256, 2, False),
-            ("lstm", 64, 32, 256, 256, 1, True), ("lstm", 50, 16, 128, 512, 2, True),
-            ("lstm", 128, 256, 64, 64, 1, False), ("gru", 32, 64, 256, 256, 1, False),
-            ("gru", 50, 1, 128, 128, 1, False), ("gru", 20, 32, 512, 1024, 2, False),
-            ("gru", 24, 16, 128, 256, 1, True)]:
-        _rnn_benchmarks(out, cell, seq, batch, fin, hid, layers, bidir)
+    # (cell, seq, batch, input, hidden, layers, bidirectional). Session 10: rnn had 6 held-out shapes.
+    # Small hidden sizes (whose steps are launch-bound), language and speech models' shapes, and
+    # bidirectional layers; GRUs kept to few steps (slow CPU traces).
+    session10 = [("lstm", 35, 20, 650, 650, 2, False), ("lstm", 100, 32, 128, 128, 1, False),
+                 ("lstm", 50, 1, 128, 128, 1, False), ("lstm", 20, 64, 300, 256, 2, False),
+                 ("lstm", 64, 32, 256, 256, 1, True), ("lstm", 50, 16, 128, 512, 2, True),
+                 ("lstm", 128, 256, 64, 64, 1, False), ("gru", 32, 64, 256, 256, 1, False),
+                 ("gru", 50, 1, 128, 128, 1, False), ("gru", 20, 32, 512, 1024, 2, False),
+                 ("gru", 24, 16, 128, 256, 1, True)]
     # Session 13: cuDNN's persistent kernels (one launch per layer, a grid barrier per step) ran for hidden
     # 64 and 128 and cost a GRU step about half an LSTM step of the same width; more hidden sizes (32 to
     # 192, across where cuDNN stops running persistent), batches and depths of both cells.
-    for cell, seq, batch, fin, hid, layers, bidir in [
+    session13 = [
             ("lstm", 64, 8, 32, 32, 1, False), ("lstm", 96, 64, 96, 96, 1, False),
             ("lstm", 48, 16, 160, 160, 1, False), ("lstm", 48, 16, 192, 192, 1, False),
             ("lstm", 200, 4, 64, 64, 2, False), ("lstm", 64, 128, 128, 128, 1, False),
             ("lstm", 64, 1, 64, 128, 1, True), ("gru", 64, 8, 64, 64, 1, False),
             ("gru", 48, 64, 128, 128, 1, False), ("gru", 32, 16, 96, 96, 2, False),
             ("gru", 32, 4, 160, 160, 1, False), ("gru", 32, 32, 32, 32, 1, False),
-            ("gru", 40, 256, 64, 64, 1, False), ("gru", 64, 1, 128, 128, 1, True)]:
-        _rnn_benchmarks(out, cell, seq, batch, fin, hid, layers, bidir)
+            ("gru", 40, 256, 64, 64, 1, False), ("gru", 64, 1, 128, 128, 1, True)]
+    for spec in session10 + session13:
+        _rnn_benchmarks(out, *spec)
     for cell in ("lstm", "gru"):
         # One cuDNN RNN call costs the host far more than one elementwise op (weight and descriptor
         # checks); at batch 1 that is most of a step, so "rnn" gets its own measured dispatch cost.
