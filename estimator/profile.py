@@ -274,3 +274,11 @@ def shipped_profiles() -> dict[str, Profile]:
 def prior_profile() -> Profile:
     """Documented assumptions used when no GPU has been calibrated."""
     return load_profile(PROFILE_DIR / "prior.json")
+
+
+def seconds_or_prior(profile: Profile, key: str) -> float:
+    """Fitted device cost `key` (one of OPTIONAL_SECONDS, s) of `profile`, else the prior's, else 0."""
+    value = getattr(profile, key)
+    if value is None:
+        value = getattr(prior_profile(), key)
+    return value or 0.0

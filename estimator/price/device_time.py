@@ -18,7 +18,7 @@ import numpy as np
 
 from ..annotate.registry import LAYOUT_SENSITIVE_CATEGORIES
 from ..catalog import GPUSpec
-from ..profile import RESIDUAL_FEATURES, Profile, ResidualFit, mode_key, op_keys, prior_profile
+from ..profile import RESIDUAL_FEATURES, Profile, ResidualFit, mode_key, op_keys, seconds_or_prior
 from .local_correction import local_corrections
 from .node_table import NodeTable, map_values
 from .reduce_launch import NodeLaunches, reduce_launches
@@ -409,12 +409,11 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     log_eff = np.clip(log_eff, log_floor(compute, dram_s, roof), RESIDUAL_CLIP[1])
     active = ~(table.free | table.host_only)
     lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
-    sync_s = profile.host_sync_s if profile.host_sync_s is not None else prior_profile().host_sync_s
-    steps = [getattr(profile, key) if getattr(profile, key) is not None else getattr(prior_profile(), key)
-             for key in ("grid_sync_s", "persistent_step_s", "spilled_step_s")]
+    sync_s, grid_s, step_s, spilled_s = (seconds_or_prior(profile, key) for key in (
+        "host_sync_s", "grid_sync_s", "persistent_step_s", "spilled_step_s"))
     kernels = table.kernels + launches.memsets
-    latency = np.where(active, kernels * lat_per_kernel + table.host_syncs * (sync_s or 0.0)
-                       + persistent_step_time_s(table, *(s or 0.0 for s in steps)), 0.0)
+    latency = np.where(active, kernels * lat_per_kernel + table.host_syncs * sync_s
+                       + persistent_step_time_s(table, grid_s, step_s, spilled_s), 0.0)
     corrected = np.where(active, roof * np.exp(log_eff), 0.0)
     device = latency + corrected
     bound = np.where(~active, "none", np.where(latency > corrected, "latency",
