@@ -203,10 +203,10 @@ def persistent_rnn_steps() -> str:
         if us and p.get("cell"):
             chains = p["layers"] * (2 if p.get("bidirectional") else 1)
             per_cell.setdefault(p["cell"], {}).setdefault(p["hidden"], []).append(us / (p["seq"] * chains))
-    gates = {"lstm": 4, "gru": 3}
+    from estimator.annotate.formulas import RNN_MODE_GATES
     cells = "; ".join(cell + " " + ", ".join(
-        f"h{h} ({gates[cell] * h * h} weights) {min(v):.2f}-{max(v):.2f} us" for h, v in sorted(by_h.items()))
-        for cell, by_h in sorted(per_cell.items()))
+        f"h{h} ({RNN_MODE_GATES[cell.upper()] * h * h} weights) {min(v):.2f}-{max(v):.2f} us"
+        for h, v in sorted(by_h.items())) for cell, by_h in sorted(per_cell.items()))
     return f"persistent RNN kernels (H100-SXM-benchmarks), forward time per step and layer: {cells}"
 
 

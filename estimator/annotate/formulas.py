@@ -268,11 +268,11 @@ RNN_GATES = dict(enumerate(RNN_MODE_GATES.values()))                     # by mk
 # layer and direction (RNN_blockPersist_fp_* / _bp_*), whose blocks meet at a grid-wide barrier each
 # step, instead of a GEMM and a cell kernel per step: hidden 32 to 192 ran persistent, 256 and wider
 # did not (data/kernels/H100-SXM-benchmarks.jsonl; 224 is not measured). A step's time grows with the
-# recurrent weights it multiplies (gates x hidden^2), slowly up to 65536 (256 KB of fp32, one SM's
-# register file) and steeply beyond: 0.33 us at 4096, 1.2 us at 49152 (GRU, hidden 128), 1.9-2.3 us at
-# 65536 (LSTM, 128), 7.7 us at 147456 (LSTM, 192) on the H100 (python3 benchmarks/kernel_facts.py), so a
-# step counts gates x hidden^2 / PERSISTENT_STEP_WEIGHTS serial steps (Cost.serial_steps) beside its
-# barrier.
+# recurrent weights it multiplies (gates x hidden^2), slowly up to the 49152 a step keeps in registers
+# (192 KB of fp32; estimator.price.device_time.PERSISTENT_REGISTER_STEPS) and steeply beyond: 0.33 us at
+# 4096, 1.2 us at 49152 (GRU, hidden 128), 1.9-2.3 us at 65536 (LSTM, 128), 7.7 us at 147456 (LSTM, 192)
+# on the H100 (python3 benchmarks/kernel_facts.py), so a step counts gates x hidden^2 /
+# PERSISTENT_STEP_WEIGHTS serial steps (Cost.serial_steps) beside its barrier.
 PERSISTENT_RNN_MAX_HIDDEN = 192
 PERSISTENT_STEP_WEIGHTS = 65536
 
