@@ -9,7 +9,8 @@ convolution time ratios, the mixed-dtype add against a same-dtype one, layer nor
 not a multiple of 4 elements, reductions of short rows, few long columns and whole tensors against
 their roofline, casts that write more than they read, RNN elapsed against device-busy
 time, 1x1 convolutions against the memory roofline per plane size, embedding lookups beyond their
-bytes and the direct embedding backward's time per chunk of indices, and the share of VGG-16's bf16 inference spent in the broadcast bias adds after its convolutions.
+bytes and the direct embedding backward's time per chunk of indices, bilinear upsampling's serial plane
+walk and its gradient's 16-bit atomics, and the share of VGG-16's bf16 inference spent in the broadcast bias adds after its convolutions.
 """
 from __future__ import annotations
 
@@ -188,6 +189,16 @@ def rnn_gaps(rows: dict[str, dict]) -> str:
             f"(median {statistics.median(ratios):.2f}, n={len(ratios)})")
 
 
+def bilinear_upsampling(rows: dict[str, dict]) -> str:
+    """NCHW bilinear upsampling's serial walk over the planes (formulas._interpolate) and its gradient's
+    16-bit atomic adds (Cost.atomic_adds)."""
+    fwd = lambda dt, n, c, hw: _us(rows[f"upsample_bilinear_fwd_{dt}_n{n}_c{c}_hw{hw}"])  # noqa: E731
+    bwd = lambda dt: _us(rows[f"upsample_bilinear_bwd_{dt}_n32_c256_hw32"])               # noqa: E731
+    return (f"2x bilinear upsampling, fp32: 32 x 256 planes of 32x32 {fwd('fp32', 32, 256, 32) / 1e3:.2f} ms, "
+            f"8 x 128 planes of 128x128 (as many outputs) {fwd('fp32', 8, 128, 128) / 1e3:.2f} ms; its backward "
+            f"(32 x 256 x 32x32) takes {bwd('bf16') / bwd('fp32'):.1f}x as long in bf16 as in fp32")
+
+
 def _kernel_records(name: str) -> list[dict]:
     """The records of one committed kernel-profile file (data/kernels/<name>.jsonl)."""
     path = REPO / "data" / "kernels" / f"{name}.jsonl"
@@ -248,7 +259,7 @@ def main() -> None:
         for line in (causal_pairs(gpu, rows), copies(rows), permuted_reads(gpu, rows), nhwc_depthwise(rows),
                      mixed_add(rows),
                      odd_rows(rows), reductions(gpu, rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
-                     pointwise_planes(gpu, rows), embedding_lookups(rows)):
+                     pointwise_planes(gpu, rows), embedding_lookups(rows), bilinear_upsampling(rows)):
             print("  " + line)
     print(persistent_rnn_steps())
     print(vgg_bias_share())

@@ -96,6 +96,12 @@ def test_corrupt_profiles_are_rejected(tmp_path):
     no_gpu.pop("gpu")
     with pytest.raises(ProfileError, match="'gpu'"):
         profile_from_json(no_gpu)
+    # A fitted cost the profile may lack is None (the prior's) or a non-negative number of seconds.
+    assert profile_from_json({**good, "spilled_step_s": None}).spilled_step_s is None
+    with pytest.raises(ProfileError, match="spilled_step_s must be a non-negative number of seconds"):
+        profile_from_json({**good, "spilled_step_s": -1e-6})
+    with pytest.raises(ProfileError, match="'persistent_step_s' should be"):
+        profile_from_json({**good, "persistent_step_s": "fast"})
 
 
 def test_raw_file_skips_a_torn_last_line_and_names_a_corrupt_one(tmp_path):

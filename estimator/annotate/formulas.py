@@ -509,7 +509,7 @@ def _atomic(formula):
 
 # Interpolation and sampling gradients scatter each output gradient into the inputs it was read from;
 # index_add and scatter_add scatter by index (2x bilinear upsampling backward took 2.1x as long in bf16
-# as in fp32 on the H100, data/calibration/H100-SXM.jsonl).
+# as in fp32 on the H100, 2.2x on the H200; python3 benchmarks/kernel_facts.py).
 register_cost(*iter_ops(["upsample_bilinear2d_backward", "upsample_bicubic2d_backward", "upsample_linear1d_backward",
                          "upsample_trilinear3d_backward", "grid_sampler_2d_backward"]))(_atomic(_RESAMPLE))
 
@@ -518,9 +518,9 @@ register_cost(*iter_ops(["upsample_bilinear2d_backward", "upsample_bicubic2d_bac
 def _interpolate(call: OpCall) -> Cost:
     # PyTorch's CUDA kernel for interpolating contiguous (NCHW) data gives each thread one output
     # position and loops over every (sample, channel) plane in turn: 2x bilinear upsampling of
-    # 32 x 256 planes of 32x32 took 3.2 ms on the H100, of 8 x 128 planes of 128x128 (as many outputs,
-    # 16x the positions) 0.44 ms (data/calibration/H100-SXM.jsonl). Channels-last data takes a kernel
-    # parallel over all outputs.
+    # 32 x 256 fp32 planes of 32x32 took 3.2 ms on the H100, of 8 x 128 planes of 128x128 (as many
+    # outputs, 16x the positions) 0.46 ms (python3 benchmarks/kernel_facts.py). Channels-last data takes
+    # a kernel parallel over all outputs.
     cost = _RESAMPLE(call)
     x = call.args[0] if call.args else None
     shape = _shape(x)
