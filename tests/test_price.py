@@ -555,9 +555,32 @@ def test_lstm_steps_run_one_after_another():
     assert fwd["grid_syncs"] == bwd["grid_syncs"] == 0
     # one step's GEMM fills the GPU, not all steps' at once
     assert fwd["gemm_batch"] == 1 and fwd["gemm_m"] == B and fwd["gemm_n"] == 4 * H
+    # each step's GEMM is a kernel of its own and reads the recurrent weights again; the backward does
+    # twice the forward's GEMM work (data and weight gradients) whatever path the CPU trace took
     w_hh = 4 * H * H * 4
-    for node in (fwd, bwd):  # one library call: the recurrent weights come from DRAM once, then stay on chip
-        assert w_hh <= node["bytes_read"] < (T - 1) * w_hh
+    for node in (fwd, bwd):
+        assert (T - 1) * w_hh <= node["bytes_read"] < (T + 1) * w_hh + 4 * T * B * (I + 4 * H) * 4
+    gemm_flops = 2.0 * T * B * 4 * H * (I + H)
+    assert fwd["flops"] == pytest.approx(gemm_flops, rel=0.02)
+    assert bwd["flops"] == pytest.approx(2 * gemm_flops, rel=0.02)
+
+
+@pytest.mark.parametrize("cell, gates", [(torch.nn.LSTM, 4), (torch.nn.GRU, 3), (torch.nn.RNN, 1)])
+def test_a_recurrent_call_costs_what_cudnn_computes_whatever_the_cpu_path(cell, gates):
+    """The CPU runs an LSTM as mkldnn layers but a GRU or an Elman RNN as per-step GEMMs and cell ops;
+    cuDNN runs all of them as one call whose FLOPs and GEMM shape follow from the module, so the three
+    cells' nodes differ by their gate counts alone (a GRU's backward once counted 1.5x its forward)."""
+    T, B, H, I, layers = 12, 16, 320, 48, 2
+    g = estimator.trace(cell(I, H, layers, batch_first=True, device="meta"), (torch.empty(B, T, I, device="meta"),),
+                        mode="training")
+    rnn = {d["op"]: d for _, d in g.nodes(data=True) if d.get("category") == "rnn"}
+    fwd, bwd = rnn["aten._cudnn_rnn.default"], rnn["aten._cudnn_rnn_backward.default"]
+    gemm_flops = sum(2.0 * T * B * gates * H * (width + H) for width in (I, H))
+    assert fwd["flops"] == pytest.approx(gemm_flops, rel=0.05)
+    assert bwd["flops"] == pytest.approx(2 * gemm_flops, rel=0.05)
+    assert (fwd["gemm_m"], fwd["gemm_n"], fwd["gemm_k"]) == (B, gates * H, I + H)
+    assert (bwd["gemm_m"], bwd["gemm_n"], bwd["gemm_k"]) == (B, gates * H, I + H)
+    assert fwd["bytes_read"] >= layers * (T - 1) * gates * H * H * 4
 
 
 @pytest.mark.parametrize("cell", [torch.nn.LSTM, torch.nn.GRU])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils.flop_counter import conv_flop_count, flop_registry
@@ -304,46 +304,58 @@ def cudnn_rnn_serial_steps(steps: int, hidden: int, gates: int) -> float:
     return float(steps * gates * hidden * hidden / PERSISTENT_STEP_WEIGHTS)
 
 
+class RNNWork(NamedTuple):
+    """What one cuDNN recurrent call computes over all its layers and directions."""
+
+    flops: float
+    recurrent_rereads: float          # bytes of recurrent weights its per-step kernels read again
+    gemm_mnk: tuple[int, int, int]    # one step's GEMM of the first layer: the unit that fills the GPU
+
+
+def cudnn_rnn_work(gates: int, steps: int, batch: int, in_size: int, hidden: int, layers: int = 1,
+                   directions: int = 1, backward: bool = False, element_bytes: int = 4) -> RNNWork:
+    """FLOPs and weight traffic of a cuDNN recurrent call (nn.LSTM/GRU/RNN) whatever path the CPU trace
+    takes (mkldnn's fused LSTM layer, or per-step GEMMs and cell ops for a GRU): per layer and direction,
+    each step multiplies [x_t, h_(t-1)] by the gates x hidden weights and applies the cell pointwise; its
+    backward computes the data and the weight gradients of the same GEMMs. A persistent layer
+    (PERSISTENT_RNN_MAX_HIDDEN) keeps its recurrent weights on chip; a per-step one reads them every step."""
+    flops = rereads = 0.0
+    for layer in range(layers):
+        width = in_size if layer == 0 else hidden * directions
+        gemm = 2.0 * steps * batch * gates * hidden * (width + hidden)
+        flops += directions * ((2.0 if backward else 1.0) * gemm + 8.0 * steps * batch * gates * hidden)
+        if hidden > PERSISTENT_RNN_MAX_HIDDEN:
+            rereads += directions * max(steps - 1, 0) * gates * hidden * hidden * element_bytes
+    return RNNWork(flops, rereads, (batch, gates * hidden, in_size + hidden))
+
+
 @register_cost(*iter_ops(["mkldnn_rnn_layer"]))
 def _rnn_layer(call: OpCall) -> Cost:
     x, w_ih = call.args[0], call.args[1]
-    mode = int(call.args[9])
     hidden = int(call.args[10])
-    shape = _shape(x)
     # ATen hands the layer a time-major input whatever the module's batch_first flag says.
-    steps, batch = shape[0], shape[1]
-    gates = RNN_GATES.get(mode, 4)
-    in_size = _shape(w_ih)[1]
-    flops = 2.0 * steps * batch * gates * hidden * (in_size + hidden) + 8.0 * steps * batch * gates * hidden
+    steps, batch = _shape(x)[:2]
+    gates = RNN_GATES.get(int(call.args[9]), 4)
+    work = cudnn_rnn_work(gates, steps, batch, _shape(w_ih)[1], hidden, element_bytes=w_ih.element_size())
     # The time steps run one after another, each a recurrent GEMM and a pointwise gate kernel (cuDNN,
-    # data/kernels/): one step's GEMM is all the GPU has to fill its SMs with, hence gemm batch 1, and
-    # each step reads the recurrent weights again.
-    cost = _with_gemm(call, "rnn", flops, (batch, gates * hidden, in_size + hidden), 1,
-                      kernels=cudnn_rnn_kernels(steps, hidden=hidden))
-    return replace(cost, bytes_read=cost.bytes_read + _recurrent_rereads(call.args[2], steps),
+    # data/kernels/): one step's GEMM is all the GPU has to fill its SMs with, hence gemm batch 1.
+    cost = _with_gemm(call, "rnn", work.flops, work.gemm_mnk, 1, kernels=cudnn_rnn_kernels(steps, hidden=hidden))
+    return replace(cost, bytes_read=cost.bytes_read + work.recurrent_rereads,
                    grid_syncs=cudnn_rnn_grid_syncs(steps, hidden),
                    serial_steps=cudnn_rnn_serial_steps(steps, hidden, gates))
-
-
-def _recurrent_rereads(w_hh: Any, steps: int) -> float:
-    """Bytes of the recurrent weight matrix read again by every time step after the first."""
-    return float(max(steps - 1, 0) * math.prod(_shape(w_hh)) * w_hh.element_size())
 
 
 @register_cost(*iter_ops(["mkldnn_rnn_layer_backward"]))
 def _rnn_layer_backward(call: OpCall) -> Cost:
     x, w_ih = call.args[0], call.args[1]
-    out = tensors(call.out)
     hidden = _shape(call.args[5])[-1] if len(call.args) > 5 else _shape(w_ih)[0] // 4
-    shape = _shape(x)
-    steps_batch = shape[0] * shape[1]
+    steps, batch = _shape(x)[:2]
     gates = max(1, _shape(w_ih)[0] // max(hidden, 1))
-    in_size = _shape(w_ih)[1]
-    flops = 4.0 * steps_batch * gates * hidden * (in_size + hidden) + 8.0 * steps_batch * gates * hidden
-    base = generic_cost(call, category="rnn", flops=flops)
-    return Cost(base.flops, base.bytes_read + _recurrent_rereads(call.args[2], shape[0]), unique_bytes(out), "rnn",
-                gemm_mnk=(shape[1], gates * hidden, in_size + hidden), gemm_batch=1,
-                kernels=cudnn_rnn_kernels(shape[0], backward=True))
+    work = cudnn_rnn_work(gates, steps, batch, _shape(w_ih)[1], hidden, backward=True,
+                          element_bytes=w_ih.element_size())
+    base = generic_cost(call, category="rnn", flops=work.flops)
+    return Cost(base.flops, base.bytes_read + work.recurrent_rereads, unique_bytes(tensors(call.out)), "rnn",
+                gemm_mnk=work.gemm_mnk, gemm_batch=1, kernels=cudnn_rnn_kernels(steps, backward=True))
 
 
 # ---------------------------------------------------------------- normalisation

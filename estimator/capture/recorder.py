@@ -15,8 +15,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.module_tracker import ModuleTracker
 
-from ..annotate.formulas import (RNN_MODE_GATES, cudnn_rnn_grid_syncs, cudnn_rnn_kernels,  # (also registers
-                                 cudnn_rnn_serial_steps)                                     # the formulas)
+from ..annotate.formulas import (RNN_MODE_GATES, RNNWork, cudnn_rnn_grid_syncs,  # (also registers the formulas)
+                                 cudnn_rnn_kernels, cudnn_rnn_serial_steps, cudnn_rnn_work)
 from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
 from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, is_channels_last, storage_key,
                                  tensor_bytes, tensors, unique_bytes)
@@ -54,6 +54,7 @@ class RNNLaunches(NamedTuple):
     kernels: int
     grid_syncs: int
     serial_steps: float
+    work: RNNWork
 
 
 @dataclass
@@ -87,7 +88,8 @@ class OpRecorder(TorchDispatchMode):
         self._fused_written: dict[int, float] = {}  # storages it wrote that nothing inside it read yet
         self._entered: list[str] = []  # active modules in the order they were entered
         self._module_calls = 0  # Python module calls since the last recorded op (host overhead)
-        self._rnn_steps: dict[int, int] = {}    # time steps of each recurrent module's last call, by id
+        self._rnn_calls: dict[int, tuple[int, int]] = {}  # (time steps, batch) of each recurrent module's
+                                                          # last call, by id
 
     # ------------------------------------------------------------------ dispatch
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -102,24 +104,30 @@ class OpRecorder(TorchDispatchMode):
 
     def count_module_call(self, module: torch.nn.Module, args: Any) -> None:
         """Forward pre-hook: eager nn.Module.__call__ costs host time of its own. Also notes the time
-        steps a recurrent module is called over (its fused node's kernels follow cuDNN's, not the ops
-        the CPU path decomposes it into)."""
+        steps and batch a recurrent module is called over (its fused node's kernels and work follow
+        cuDNN's, not the ops the CPU path decomposes it into)."""
         self._module_calls += 1
         x = args[0] if args else None
         if isinstance(module, torch.nn.RNNBase) and isinstance(x, torch.Tensor) and x.dim() in (2, 3):
-            self._rnn_steps[id(module)] = int(x.shape[1] if module.batch_first and x.dim() == 3 else x.shape[0])
+            time_dim = 1 if module.batch_first and x.dim() == 3 else 0
+            batch = int(x.shape[1 - time_dim]) if x.dim() == 3 else 1
+            self._rnn_calls[id(module)] = (int(x.shape[time_dim]), batch)
 
-    def _fused_attrs(self, cost: Cost, category: str, dtype: torch.dtype | None) -> dict[str, Any]:
+    def _fused_attrs(self, call: OpCall, cost: Cost, category: str, dtype: torch.dtype | None) -> dict[str, Any]:
         """Attributes of a fused node at its first op that the library call decides, not the op: for a
-        recurrent module whose steps are known, cuDNN's kernels, grid barriers and serial steps; else the
-        op's own GEMM kernels plus one (later GEMMs add theirs in _merge), no barriers and its serial steps."""
-        rnn = self._rnn_launches()
+        recurrent module whose steps are known, cuDNN's kernels, grid barriers, serial steps, FLOPs and
+        GEMM shape, and the bytes of its first op's inputs and of the weights it re-reads (later ops add
+        only their new tensors, _merge); else the op's own GEMM kernels plus one (later GEMMs add theirs
+        in _merge), no barriers and its serial steps."""
+        rnn = self._rnn_launches(torch.finfo(dtype).bits // 8 if dtype is not None and dtype.is_floating_point else 4)
         if rnn is None:
             return {"math_mode": math_mode(category, dtype, self.tf32), "grid_syncs": 0,
                     "serial_steps": float(cost.serial_steps),
                     "kernels": (cost.kernels if TENSOR_CORE_CATEGORIES & {category, cost.category} else 0) + 1}
         return {"math_mode": self._rnn_math_mode(dtype, rnn), "grid_syncs": rnn.grid_syncs,
-                "serial_steps": rnn.serial_steps, "kernels": rnn.kernels}
+                "serial_steps": rnn.serial_steps, "kernels": rnn.kernels, "flops": rnn.work.flops,
+                "bytes_read": unique_bytes(call.inputs) + rnn.work.recurrent_rereads,
+                "gemm_m": rnn.work.gemm_mnk[0], "gemm_n": rnn.work.gemm_mnk[1], "gemm_k": rnn.work.gemm_mnk[2]}
 
     def _rnn_math_mode(self, dtype: torch.dtype | None, rnn: RNNLaunches | None) -> str:
         """Math mode of a fused recurrent node: a persistent cuDNN recurrence multiplies its fp32 weights
@@ -127,17 +135,23 @@ class OpRecorder(TorchDispatchMode):
         mode = math_mode("rnn", dtype, self.tf32)
         return "fp32" if mode == "tf32" and rnn is not None and rnn.grid_syncs else mode
 
-    def _rnn_launches(self) -> RNNLaunches | None:
+    def _rnn_launches(self, element_bytes: int = 4) -> RNNLaunches | None:
         """What cuDNN runs for the recurrent module of the current fused node, over all its layers and
-        directions, if its time steps are known."""
+        directions, if its time steps are known (element_bytes: of its weights as it computes)."""
         mod = self.modules_by_name.get(self._fused_scope)
-        steps = self._rnn_steps.get(id(mod))
-        if not isinstance(mod, torch.nn.RNNBase) or steps is None:
+        call = self._rnn_calls.get(id(mod))
+        if not isinstance(mod, torch.nn.RNNBase) or call is None:
             return None
-        chains = mod.num_layers * (2 if mod.bidirectional else 1)
-        kernels = cudnn_rnn_kernels(steps, backward=self.phase == "backward", hidden=mod.hidden_size)
-        serial = cudnn_rnn_serial_steps(steps, mod.hidden_size, RNN_MODE_GATES.get(mod.mode, 4))
-        return RNNLaunches(chains * kernels, chains * cudnn_rnn_grid_syncs(steps, mod.hidden_size), chains * serial)
+        (steps, batch), backward = call, self.phase == "backward"
+        directions = 2 if mod.bidirectional else 1
+        chains = mod.num_layers * directions
+        gates = RNN_MODE_GATES.get(mod.mode, 4)
+        kernels = cudnn_rnn_kernels(steps, backward=backward, hidden=mod.hidden_size)
+        serial = cudnn_rnn_serial_steps(steps, mod.hidden_size, gates)
+        work = cudnn_rnn_work(gates, steps, batch, mod.input_size, mod.hidden_size, mod.num_layers, directions,
+                              backward, element_bytes)
+        return RNNLaunches(chains * kernels, chains * cudnn_rnn_grid_syncs(steps, mod.hidden_size), chains * serial,
+                           work)
 
     # ------------------------------------------------------------------ helpers
     def current_module(self) -> str:
@@ -235,7 +249,7 @@ class OpRecorder(TorchDispatchMode):
             "autocast": self.autocast,
         }
         if fused:
-            attrs.update(self._fused_attrs(cost, category, dtype))
+            attrs.update(self._fused_attrs(call, cost, category, dtype))
         self._module_calls = 0
         self.nodes.append(RecordedNode(attrs, producers))
         index = len(self.nodes) - 1
@@ -247,10 +261,13 @@ class OpRecorder(TorchDispatchMode):
     def _merge(self, index: int, call: OpCall, cost: Cost, producers: list[int], outputs: list[torch.Tensor]) -> None:
         node = self.nodes[index]
         a = node.attrs
-        a["flops"] += float(cost.flops)
+        rnn = self._rnn_launches()
+        if rnn is None:   # a recurrent module's work is its own, set when it began
+            a["flops"] += float(cost.flops)
         a["flops_skipped"] += float(cost.flops_skipped)
-        # One library call moves each tensor once: weights re-read by every time step stay in L2/SMEM,
-        # state written by one step and read by the next never leaves the kernel's working set.
+        # One library call moves each tensor once (a recurrent call's per-step weight re-reads are counted
+        # by its formula, _fused_attrs): state written by one step and read by the next never leaves the
+        # kernel's working set.
         # A value one step writes and a later step reads is internal to the call (registers/SMEM);
         # what is written and never read inside (outputs, saved activations) reaches memory.
         a["bytes_read"] += unique_bytes(t for t in call.inputs if storage_key(t) not in self._fused_seen)
@@ -262,10 +279,9 @@ class OpRecorder(TorchDispatchMode):
         self._fused_seen.update(storage_key(t) for t in call.inputs + outputs)
         a["fused_ops"] += 1
         if cost.category in TENSOR_CORE_CATEGORIES:
-            rnn = self._rnn_launches()
-            if rnn is None:   # a recurrent module's count is its own, set when it began
+            if rnn is None:
                 a["kernels"] += cost.kernels
-            if cost.gemm_mnk != (0, 0, 0):
+            if cost.gemm_mnk != (0, 0, 0) and rnn is None:
                 a["gemm_m"], a["gemm_n"], a["gemm_k"] = cost.gemm_mnk
             if a["math_mode"] == "int":
                 a["math_mode"] = self._rnn_math_mode(torch.float32, rnn)
