@@ -20,7 +20,7 @@ PROFILE_SCHEMA = "gpuest.profile/1"
 PROFILE_DIR = Path(__file__).parent / "profiles"
 # Every regressor the estimator can compute (estimator.price.device_time.residual_features); a profile
 # names the subset its fit uses, so profiles fitted with fewer features keep loading.
-RESIDUAL_FEATURES = ("const", "ridge_pos", "ridge_neg", "log_roof_us", "log_wave_eff", "misaligned",
+RESIDUAL_FEATURES = ("const", "ridge_pos", "ridge_neg", "log_size", "log_wave_eff", "misaligned",
                      "lowp", "tf32", "log_overhead", "log_narrow", "log_row_len", "log_row_fill", "permuted",
                      "log_work_kept", "log_window", "nhwc_lowp", "nhwc_fp32", "log_head_dim", "log_row_overhead",
                      "mixed_dtypes", "broadcast", "odd_rows", "write_share", "relayout", "log_row_segment",

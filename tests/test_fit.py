@@ -154,12 +154,12 @@ def test_pooled_fit_corrects_level_and_inherits_slopes():
     from calibration.fit import fit_category
     from estimator.profile import RESIDUAL_FEATURES
     rng = np.random.default_rng(0)
-    j = RESIDUAL_FEATURES.index("log_roof_us")
+    j = RESIDUAL_FEATURES.index("log_size")
     wide = np.linspace(-2, 4, 40)
-    parent = fit_category(_samples(0.5 + 0.3 * wide + rng.normal(0, 0.01, 40), _features(log_roof_us=wide)))
+    parent = fit_category(_samples(0.5 + 0.3 * wide + rng.normal(0, 0.01, 40), _features(log_size=wide)))
     assert parent.coef[0] == pytest.approx(0.5, abs=0.02) and parent.coef[j] == pytest.approx(0.3, abs=0.01)
     narrow = np.linspace(0.0, 0.1, 10)  # too narrow to tell a slope from noise
-    child = fit_category(_samples(0.9 + 0.3 * narrow + rng.normal(0, 0.05, 10), _features(log_roof_us=narrow)),
+    child = fit_category(_samples(0.9 + 0.3 * narrow + rng.normal(0, 0.05, 10), _features(log_size=narrow)),
                          parent)
     assert child.coef[j] == pytest.approx(0.3, abs=0.01)
     assert child.coef[0] == pytest.approx(0.9, abs=0.05)
@@ -175,9 +175,9 @@ def test_features_only_a_sliver_of_the_samples_vary_are_not_fitted():
     sliver = np.zeros(20)
     sliver[[3, 11]] = 0.05
     ys = 1.0 + 0.2 * size + np.where(sliver > 0, 0.5, 0.0)
-    fit = fit_category(_samples(ys, _features(log_roof_us=size, log_row_len=sliver)))
+    fit = fit_category(_samples(ys, _features(log_size=size, log_row_len=sliver)))
     assert fit.coef[RESIDUAL_FEATURES.index("log_row_len")] == 0.0
-    assert fit.coef[RESIDUAL_FEATURES.index("log_roof_us")] == pytest.approx(0.2, abs=0.05)
+    assert fit.coef[RESIDUAL_FEATURES.index("log_size")] == pytest.approx(0.2, abs=0.05)
 
 
 def test_an_op_in_one_mode_gets_its_own_pooled_fit_from_few_rows():
@@ -188,7 +188,7 @@ def test_an_op_in_one_mode_gets_its_own_pooled_fit_from_few_rows():
 
     def rows(op, mode, n, level):
         size = np.linspace(-1, 3, n)
-        x = _features(log_roof_us=size)
+        x = _features(log_size=size)
         return [RowFeatures("matmul", op, mode, float(level + 0.1 * s + rng.normal(0, 0.01)), xi, False, 1e-3, {})
                 for s, xi in zip(size, x)]
     base = rows("aten.mm.default", "fp32", 12, 0.2) + rows("aten.addmm.default", "bf16", 20, 0.5)

@@ -32,6 +32,16 @@ MATH_MODE_FALLBACK = {"fp8": "fp16", "int8": "fp16", "bf16": "fp32", "fp16": "fp
 MODE_ELEMENT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}
 TAP_BYTES_REF = 512.0
 GEMM_TILE = 128                       # output tile edge of the tensor-core GEMM kernels that dominate
+# An op's size enters the fit as log_size. A tiled op (a GEMM, a convolution, attention) approaches its
+# steady-state rate as its output tiles fill more waves of the SMs (the first wave's ramp and the last
+# one's tail are shared by more work), so its size is log10(tiles / SMs), which means the same on every
+# GPU, up to TILE_WAVES_STEADY waves; any other op's is log10(roofline / 1 us). Tiled ops had their
+# roofline time there before, which made a batch-32 convolution's backward slower per FLOP than its
+# batch-128 one, as smaller ones are, where both run many waves at the same rate. 5-fold
+# cross-validation (benchmarks/cross_validate.py) chose 10 waves over 3 and 30, and the one column over
+# a column of its own for the waves (TILE_WAVES_NOTE).
+TILE_WAVES_STEADY = 10.0
+TILED_CATEGORIES = ("matmul", "conv", "attention")
 # cuBLAS splits a GEMM with fewer output tiles than SMs and a deep K along K over more CTAs (split-K and
 # stream-K kernels), each slice keeping at least SPLIT_K_DEPTH of K: a weight gradient over 400k tokens
 # (96 x 384 outputs, 3 tiles) runs near its roofline, not at 3/132 of the GPU (the suite's mm_*_k401408;
@@ -241,8 +251,11 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     f["const"] = np.ones(n)
     f["ridge_pos"] = np.maximum(r, 0.0)
     f["ridge_neg"] = np.minimum(r, 0.0)
-    f["log_roof_us"] = np.clip(np.log10(np.maximum(roofline_s, 1e-12) / 1e-6), -3.0, 6.0)
     f["log_wave_eff"] = np.log(np.clip(wave_eff, 1e-3, 1.0))
+    tiled = is_gemm & np.isin(table.category, TILED_CATEGORIES)
+    f["log_size"] = np.where(tiled, np.clip(np.log10(np.maximum(tiles / gpu.sm_count, 1e-6)), -3.0,
+                                            np.log10(TILE_WAVES_STEADY)),
+                             np.clip(np.log10(np.maximum(roofline_s, 1e-12) / 1e-6), -3.0, 6.0))
     f["misaligned"] = misaligned.astype(float)
     lowp_data = np.isin(table.math_mode, ["bf16", "fp16", "fp8"])
     simt_conv = (table.category == "conv") & ~table.tensor_core
