@@ -565,6 +565,25 @@ def test_lstm_steps_run_one_after_another():
     assert bwd["flops"] == pytest.approx(2 * gemm_flops, rel=0.02)
 
 
+def test_a_wide_rnn_step_waits_on_its_gemm_main_loop():
+    """A per-step recurrent GEMM over a small batch is a chain of dependent loads along its depth: its
+    serial steps grow with the steps and the hidden size, and the backward's data gradient, whose depth
+    is gates x hidden, has gates times as many."""
+    from estimator.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN, RNN_STEP_K_DEPTH
+
+    def serial(T, H):
+        g = estimator.trace(torch.nn.LSTM(64, H, device="meta"), (torch.empty(T, 4, 64, device="meta"),),
+                            mode="training")
+        rnn = {d["op"]: d for _, d in g.nodes(data=True) if d.get("category") == "rnn"}
+        return rnn["aten._cudnn_rnn.default"]["serial_steps"], rnn["aten._cudnn_rnn_backward.default"]["serial_steps"]
+
+    H = 4 * RNN_STEP_K_DEPTH
+    assert H > PERSISTENT_RNN_MAX_HIDDEN
+    fwd, bwd = serial(20, H)
+    assert fwd == 20 * H / RNN_STEP_K_DEPTH and bwd == 4 * fwd
+    assert serial(40, H)[0] == 2 * fwd and serial(20, 2 * H)[0] == 2 * fwd
+
+
 @pytest.mark.parametrize("cell, gates", [(torch.nn.LSTM, 4), (torch.nn.GRU, 3), (torch.nn.RNN, 1)])
 def test_a_recurrent_call_costs_what_cudnn_computes_whatever_the_cpu_path(cell, gates):
     """The CPU runs an LSTM as mkldnn layers but a GRU or an Elman RNN as per-step GEMMs and cell ops;

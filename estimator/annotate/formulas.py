@@ -275,6 +275,13 @@ RNN_GATES = dict(enumerate(RNN_MODE_GATES.values()))                     # by mk
 # PERSISTENT_STEP_WEIGHTS serial steps (Cost.serial_steps) beside its barrier.
 PERSISTENT_RNN_MAX_HIDDEN = 192
 PERSISTENT_STEP_WEIGHTS = 65536
+# A per-step recurrent GEMM (hidden above PERSISTENT_RNN_MAX_HIDDEN) has a batch of rows and a few dozen
+# CTAs: its time is its main loop's chain of dependent loads, not its FLOPs or bytes (on the H100 a
+# 20 x 2600 x 650 step GEMM took 10.8 us and a 128 x 2048 x 512 one 5.6 us, data/kernels/). Each
+# RNN_STEP_K_DEPTH of the GEMM's depth counts as a serial step (Cost.serial_steps). 5-fold
+# cross-validation (benchmarks/cross_validate.py) put 128 and 256 within 0.1 point of each other and
+# 32 and 64 0.5-1 point behind (RNN_STEP_NOTE).
+RNN_STEP_K_DEPTH = 128
 
 
 def cudnn_rnn_kernels(steps: int, backward: bool = False, hidden: int | None = None) -> int:
@@ -294,13 +301,16 @@ def cudnn_rnn_grid_syncs(steps: int, hidden: int) -> int:
     return steps if hidden <= PERSISTENT_RNN_MAX_HIDDEN else 0
 
 
-def cudnn_rnn_serial_steps(steps: int, hidden: int, gates: int) -> float:
-    """Serial work of one layer and direction of a persistent cuDNN recurrent layer (Cost.serial_steps):
-    each step multiplies the recurrent weights (gates x hidden x hidden) by the last state before the
-    next step can start, PERSISTENT_STEP_WEIGHTS weights counted as one serial step; 0 when the layer
-    does not run persistent (its steps are kernels of their own)."""
+def cudnn_rnn_serial_steps(steps: int, hidden: int, gates: int, backward: bool = False) -> float:
+    """Serial work of one layer and direction of a cuDNN recurrent layer (Cost.serial_steps). A persistent
+    layer multiplies the recurrent weights (gates x hidden x hidden) by the last state each step before
+    the next can start, PERSISTENT_STEP_WEIGHTS weights counted as one serial step. A wider layer's step
+    is a GEMM of its own over a batch too small to hide the GEMM's main loop: each RNN_STEP_K_DEPTH of its
+    depth (hidden forward; gates x hidden for the backward's data gradient through the recurrent weights)
+    counts as one serial step."""
     if hidden > PERSISTENT_RNN_MAX_HIDDEN:
-        return 0.0
+        depth = hidden * (gates if backward else 1)
+        return float(steps * math.ceil(depth / RNN_STEP_K_DEPTH))
     return float(steps * gates * hidden * hidden / PERSISTENT_STEP_WEIGHTS)
 
 
@@ -355,7 +365,9 @@ def _rnn_layer_backward(call: OpCall) -> Cost:
                           element_bytes=w_ih.element_size())
     base = generic_cost(call, category="rnn", flops=work.flops)
     return Cost(base.flops, base.bytes_read + work.recurrent_rereads, unique_bytes(tensors(call.out)), "rnn",
-                gemm_mnk=work.gemm_mnk, gemm_batch=1, kernels=cudnn_rnn_kernels(steps, backward=True))
+                gemm_mnk=work.gemm_mnk, gemm_batch=1, kernels=cudnn_rnn_kernels(steps, backward=True, hidden=hidden),
+                grid_syncs=cudnn_rnn_grid_syncs(steps, hidden),
+                serial_steps=cudnn_rnn_serial_steps(steps, hidden, gates, backward=True))
 
 
 # ---------------------------------------------------------------- normalisation

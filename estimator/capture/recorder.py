@@ -147,7 +147,7 @@ class OpRecorder(TorchDispatchMode):
         chains = mod.num_layers * directions
         gates = RNN_MODE_GATES.get(mod.mode, 4)
         kernels = cudnn_rnn_kernels(steps, backward=backward, hidden=mod.hidden_size)
-        serial = cudnn_rnn_serial_steps(steps, mod.hidden_size, gates)
+        serial = cudnn_rnn_serial_steps(steps, mod.hidden_size, gates, backward)
         work = cudnn_rnn_work(gates, steps, batch, mod.input_size, mod.hidden_size, mod.num_layers, directions,
                               backward, element_bytes)
         return RNNLaunches(chains * kernels, chains * cudnn_rnn_grid_syncs(steps, mod.hidden_size), chains * serial,
