@@ -855,6 +855,23 @@ def test_grouped_conv_backward_flops_count_each_group_once(groups):
     assert backward["flops"] == pytest.approx(2 * forward["flops"])
 
 
+@pytest.mark.parametrize("groups, channels_last, reduces", [(16, False, True), (16, True, False), (4, False, False),
+                                                            (1, False, False)])
+def test_native_depthwise_weight_gradient_is_a_row_reduction(groups, channels_last, reduces):
+    """PyTorch's own depthwise kernels (NCHW, one input channel per group) reduce each weight's gradient
+    in a block over the batch and the output positions: the backward node carries those rows. cuDNN's
+    grouped and channels-last convolutions, and dense ones, do not."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, bias=False),
+                                torch.nn.Conv2d(16, 16, 5, stride=2, groups=groups, bias=False))
+    x = torch.empty(2, 3, 34, 34)
+    if channels_last:
+        model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+    graph = trace(model, (x,), mode="training")
+    backward = _conv_nodes(graph, "convolution_backward")[0]
+    rows = (backward["row_count"], backward["row_len"])
+    assert rows == ((16 * 5 * 5, 2 * 14 * 14) if reduces else (0, 0))
+
+
 def test_conv_and_pool_record_their_window_and_memory_format():
     class Net(torch.nn.Module):
         def __init__(self):

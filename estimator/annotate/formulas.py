@@ -131,10 +131,21 @@ def _convolution_backward(call: OpCall) -> Cost:
     flops = torch_flops(call)
     if groups > 1 and mask[1]:
         flops -= _weight_grad_overcount(grad_out, x, w, groups, transposed)
-    return replace(_with_gemm(call, "conv", flops, dgrad if mask[0] else mnk, g, kernels),
+    cost = replace(_with_gemm(call, "conv", flops, dgrad if mask[0] else mnk, g, kernels),
                    window=window, channels_last=is_channels_last(x),
                    gemm_plane=_gemm_plane(_shape(x), _shape(w), _shape(grad_out), groups),
                    variant=_conv_variant(_shape(w), transposed))
+    if mask[1] and not transposed and _runs_native_depthwise(_shape(w), groups, is_channels_last(x)):
+        # PyTorch's own depthwise weight gradient gives each weight a block that reduces over the batch
+        # and the output positions: a row-wise reduction (Cost.rows / row_len), not a GEMM.
+        cost = replace(cost, rows=math.prod(_shape(w)), row_len=_shape(grad_out)[0] * math.prod(_shape(grad_out)[2:]))
+    return cost
+
+
+def _runs_native_depthwise(w: tuple, groups: int, channels_last: bool) -> bool:
+    """Whether PyTorch runs a convolution with weight `w` in its own depthwise kernels rather than cuDNN:
+    2-D, one input channel per group, NCHW data (cuDNN takes channels-last depthwise convolutions)."""
+    return groups > 1 and len(w) == 4 and w[1] == 1 and not channels_last
 
 
 def _weight_grad_overcount(grad_out: Any, x: Any, w: Any, groups: int, transposed: bool) -> float:

@@ -22,7 +22,7 @@ from ..profile import ResidualPoints, op_keys
 
 NEIGHBOURS = 5
 BANDWIDTH = 0.5
-PRIOR_WEIGHT = 0.5
+PRIOR_WEIGHT = 0.1
 
 
 def pool_key(op: str, mode: str, pools: Mapping[str, ResidualPoints]) -> str | None:
