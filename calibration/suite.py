@@ -519,6 +519,20 @@ def _rnn(out: list[Benchmark]) -> None:
             ("gru", 40, 256, 64, 64, 1, False), ("gru", 64, 1, 128, 128, 1, True)]
     for spec in session10 + session13:
         _rnn_benchmarks(out, *spec)
+    # Session 15: 16-bit layers (mixed-precision training runs cuDNN's RNNs in bf16), persistent and per-step
+    # widths of both cells; without them the fits extrapolated the fp32 kernels to a mode they never saw.
+    session15 = [
+            ("lstm", 64, 8, 32, 32, 1, False), ("lstm", 50, 1, 128, 128, 1, False),
+            ("lstm", 100, 32, 128, 128, 1, False), ("gru", 48, 64, 128, 128, 1, False),
+            ("lstm", 200, 4, 64, 64, 2, False), ("gru", 32, 16, 96, 96, 2, False),
+            ("lstm", 48, 16, 160, 160, 1, False), ("lstm", 128, 32, 256, 256, 1, False),
+            ("lstm", 64, 64, 512, 512, 2, False), ("lstm", 35, 20, 650, 650, 2, False),
+            ("lstm", 32, 128, 1024, 1024, 1, False), ("lstm", 64, 1, 512, 512, 1, False),
+            ("gru", 32, 64, 256, 256, 1, False), ("gru", 20, 32, 512, 1024, 2, False),
+            ("lstm", 64, 32, 256, 256, 1, True), ("lstm", 256, 8, 128, 1024, 1, False),
+            ("lstm", 16, 256, 1024, 2048, 1, False), ("gru", 64, 1, 128, 128, 1, True)]
+    for spec in session15:
+        _rnn_benchmarks(out, *spec, dtype="bf16")
     for cell in ("lstm", "gru"):
         # One cuDNN RNN call costs the host far more than one elementwise op (weight and descriptor
         # checks); at batch 1 that is most of a step, so "rnn" gets its own measured dispatch cost.
@@ -536,21 +550,24 @@ def _rnn(out: list[Benchmark]) -> None:
 
 
 def _rnn_benchmarks(out: list[Benchmark], cell: str, seq: int, batch: int, fin: int, hid: int, layers: int,
-                    bidir: bool) -> None:
-    """The forward and the forward+backward benchmark of one cuDNN LSTM/GRU (fp32, sequence-first input)."""
+                    bidir: bool, dtype: str = "fp32") -> None:
+    """The forward and the forward+backward benchmark of one cuDNN LSTM/GRU (sequence-first input), its
+    weights and input in `dtype` ("fp32" names carry no dtype, others end in it)."""
     gates = 4 if cell == "lstm" else 3
     dirs = 2 if bidir else 1
+    tdtype = DTYPES[dtype]
     fl = 2.0 * dirs * seq * batch * gates * hid * (fin + hid + (layers - 1) * (dirs + 1) * hid)
-    nb = 4.0 * (seq * batch * (fin + dirs * hid) + dirs * gates * hid * (fin + hid) * layers)
+    nb = tdtype.itemsize * (seq * batch * (fin + dirs * hid) + dirs * gates * hid * (fin + hid) * layers)
     params = {"cell": cell, "seq": seq, "batch": batch, "input": fin, "hidden": hid, "layers": layers,
-              "dtype": "fp32", **({"bidirectional": True} if bidir else {})}
+              "dtype": dtype, **({"bidirectional": True} if bidir else {})}
     tag = f"{cell}_t{seq}_b{batch}_in{fin}_h{hid}_l{layers}{'_bi' if bidir else ''}"
+    tag += "" if dtype == "fp32" else f"_{dtype}"
 
     def make(device: torch.device) -> tuple[torch.nn.Module, torch.nn.Module]:
         cls = torch.nn.LSTM if cell == "lstm" else torch.nn.GRU
-        rnn = cls(_d(fin, device, 8), _d(hid, device, 8), layers, bidirectional=bidir, device=device)
+        rnn = cls(_d(fin, device, 8), _d(hid, device, 8), layers, bidirectional=bidir, device=device, dtype=tdtype)
         trace_copy = _RNNForward(cls(_d(fin, device, 8), _d(hid, device, 8), layers, bidirectional=bidir,
-                                     device="meta"))
+                                     device="meta", dtype=tdtype))
         return rnn, trace_copy
 
     def xshape(device: torch.device) -> tuple:
@@ -560,8 +577,8 @@ def _rnn_benchmarks(out: list[Benchmark], cell: str, seq: int, batch: int, fin: 
         torch.manual_seed(seed)
         rnn, meta = make(device)
         rnn.eval()
-        return Built(lambda x: rnn(x)[0], lambda i: (_randn(xshape(device), torch.float32, device, seed, i),),
-                     TraceSpec(meta, (torch.empty(xshape(device), device="meta"),)))
+        return Built(lambda x: rnn(x)[0], lambda i: (_randn(xshape(device), tdtype, device, seed, i),),
+                     TraceSpec(meta, (torch.empty(xshape(device), device="meta", dtype=tdtype),)))
 
     def build_fb(device: torch.device, seed: int) -> Built:
         torch.manual_seed(seed)
@@ -572,19 +589,19 @@ def _rnn_benchmarks(out: list[Benchmark], cell: str, seq: int, batch: int, fin: 
         def fn(x: torch.Tensor) -> Any:
             with torch.enable_grad():
                 return torch.autograd.grad(rnn(x)[0].sum(), params_)
-        return Built(fn, lambda i: (_randn(xshape(device), torch.float32, device, seed, i),),
-                     TraceSpec(meta, (torch.empty(xshape(device), device="meta"),), mode="training",
+        return Built(fn, lambda i: (_randn(xshape(device), tdtype, device, seed, i),),
+                     TraceSpec(meta, (torch.empty(xshape(device), device="meta", dtype=tdtype),), mode="training",
                                loss_fn=lambda y: y.sum()))
     # On the CPU (where we trace) a GRU is not one op but a few per time step: its trace is
     # slow (~7 ms per step and layer forward, ~20 ms forward+backward, measured).
     steps = dirs * seq * layers if cell == "gru" else 0
     out.append(Benchmark(f"rnn_fwd_{tag}", "rnn", {"op": f"{cell}_forward", **params}, build_fwd,
-                         est_ms=_est(fl, nb, "tf32") + 0.005 * seq * layers,
+                         est_ms=_est(fl, nb, "tf32" if dtype == "fp32" else dtype) + 0.005 * seq * layers,
                          trace_cost_s=0.03 + 0.007 * steps, host_paced=True))
     if steps > 512:  # a 10-20 s trace for one point: leave it to the forward benchmark
         return
     out.append(Benchmark(f"rnn_fwdbwd_{tag}", "rnn", {"op": f"{cell}_forward_backward", **params}, build_fb,
-                         est_ms=3 * (_est(fl, nb, "tf32") + 0.005 * seq * layers),
+                         est_ms=3 * (_est(fl, nb, "tf32" if dtype == "fp32" else dtype) + 0.005 * seq * layers),
                          trace_cost_s=0.05 + 0.02 * steps, host_paced=True))
 
 # ---------------------------------------------------------------- memory-bound families

@@ -550,8 +550,10 @@ def test_lstm_steps_run_one_after_another():
     g = estimator.trace(torch.nn.LSTM(I, H, device="meta"), (torch.empty(T, B, I, device="meta"),), mode="training")
     rnn = {d["op"]: d for _, d in g.nodes(data=True) if d.get("category") == "rnn"}
     fwd, bwd = rnn["aten._cudnn_rnn.default"], rnn["aten._cudnn_rnn_backward.default"]
-    # a recurrent GEMM and a gate kernel per step, plus the input GEMM over all steps (cuDNN)
-    assert fwd["kernels"] == 2 * T + 1 and bwd["kernels"] == 2 * T + 2
+    # a recurrent GEMM and a gate kernel per step (priced as RNN_STEP_LAUNCHES launches), plus the input
+    # GEMM over all steps (cuDNN)
+    from estimator.annotate.formulas import RNN_STEP_LAUNCHES
+    assert fwd["kernels"] == round(RNN_STEP_LAUNCHES * T) + 1 and bwd["kernels"] == fwd["kernels"] + 1
     assert fwd["grid_syncs"] == bwd["grid_syncs"] == 0
     # one step's GEMM fills the GPU, not all steps' at once
     assert fwd["gemm_batch"] == 1 and fwd["gemm_m"] == B and fwd["gemm_n"] == 4 * H
@@ -566,9 +568,8 @@ def test_lstm_steps_run_one_after_another():
 
 
 def test_a_wide_rnn_step_waits_on_its_gemm_main_loop():
-    """A per-step recurrent GEMM over a small batch is a chain of dependent loads along its depth: its
-    serial steps grow with the steps and the hidden size, and the backward's data gradient, whose depth
-    is gates x hidden, has gates times as many."""
+    """A per-step recurrent GEMM over a small batch is a chain of dependent loads: its serial steps grow
+    with the steps and the hidden size, forward and backward alike."""
     from estimator.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN, RNN_STEP_K_DEPTH
 
     def serial(T, H):
@@ -580,8 +581,27 @@ def test_a_wide_rnn_step_waits_on_its_gemm_main_loop():
     H = 4 * RNN_STEP_K_DEPTH
     assert H > PERSISTENT_RNN_MAX_HIDDEN
     fwd, bwd = serial(20, H)
-    assert fwd == 20 * H / RNN_STEP_K_DEPTH and bwd == 4 * fwd
+    assert fwd == 20 * H / RNN_STEP_K_DEPTH and bwd == fwd
     assert serial(40, H)[0] == 2 * fwd and serial(20, 2 * H)[0] == 2 * fwd
+
+
+@pytest.mark.parametrize("how", ["bf16 weights", "autocast"])
+def test_a_narrow_rnn_in_16_bits_runs_per_step_kernels(how):
+    """cuDNN keeps a narrow layer in one persistent kernel only in fp32: in 16 bits (bf16 weights, or
+    CUDA autocast, which runs cuDNN's RNNs in fp16 whatever its own dtype) it launches a GEMM and a cell
+    kernel per step, as the session-15 kernel profiles show."""
+    from estimator.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN, cudnn_rnn_kernels
+    T, B, H = 30, 4, 64
+    assert H <= PERSISTENT_RNN_MAX_HIDDEN
+    lstm = torch.nn.LSTM(H, H, device="meta", dtype=torch.bfloat16 if how == "bf16 weights" else torch.float32)
+    x = torch.empty(T, B, H, device="meta", dtype=torch.bfloat16 if how == "bf16 weights" else torch.float32)
+    g = estimator.trace(lstm, (x,), mode="training", precision="bf16-mixed" if how == "autocast" else "fp32")
+    rnn = {d["op"]: d for _, d in g.nodes(data=True) if d.get("category") == "rnn"}
+    fwd, bwd = rnn["aten._cudnn_rnn.default"], rnn["aten._cudnn_rnn_backward.default"]
+    assert fwd["grid_syncs"] == bwd["grid_syncs"] == 0
+    assert fwd["kernels"] == cudnn_rnn_kernels(T) and bwd["kernels"] == cudnn_rnn_kernels(T, backward=True)
+    expected = {"bf16 weights": ("bfloat16", "bf16"), "autocast": ("float16", "fp16")}[how]
+    assert (fwd["dtype"], fwd["math_mode"]) == (bwd["dtype"], bwd["math_mode"]) == expected
 
 
 @pytest.mark.parametrize("cell, gates", [(torch.nn.LSTM, 4), (torch.nn.GRU, 3), (torch.nn.RNN, 1)])

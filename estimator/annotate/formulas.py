@@ -278,7 +278,9 @@ RNN_GATES = dict(enumerate(RNN_MODE_GATES.values()))                     # by mk
 # cuDNN (9.x, fp32, Hopper) runs the recurrence of a layer this narrow as one persistent kernel per
 # layer and direction (RNN_blockPersist_fp_* / _bp_*), whose blocks meet at a grid-wide barrier each
 # step, instead of a GEMM and a cell kernel per step: hidden 32 to 192 ran persistent, 256 and wider
-# did not (data/kernels/H100-SXM-benchmarks.jsonl; 224 is not measured). A step's time grows with the
+# did not (data/kernels/H100-SXM-benchmarks.jsonl; 224 is not measured). In 16 bits it never does: a bf16
+# LSTM of hidden 128 ran a GEMM and a cell kernel per step like a wide one (the session-15 kernel
+# profiles there). A step's time grows with the
 # recurrent weights it multiplies (gates x hidden^2), slowly up to the 49152 a step keeps in registers
 # (192 KB of fp32; estimator.price.device_time.PERSISTENT_REGISTER_STEPS) and steeply beyond: 0.33 us at
 # 4096, 1.2 us at 49152 (GRU, hidden 128), 1.9-2.3 us at 65536 (LSTM, 128), 7.7 us at 147456 (LSTM, 192)
@@ -286,43 +288,54 @@ RNN_GATES = dict(enumerate(RNN_MODE_GATES.values()))                     # by mk
 # PERSISTENT_STEP_WEIGHTS serial steps (Cost.serial_steps) beside its barrier.
 PERSISTENT_RNN_MAX_HIDDEN = 192
 PERSISTENT_STEP_WEIGHTS = 65536
-# A per-step recurrent GEMM (hidden above PERSISTENT_RNN_MAX_HIDDEN) has a batch of rows and a few dozen
-# CTAs: its time is its main loop's chain of dependent loads, not its FLOPs or bytes (on the H100 a
-# 20 x 2600 x 650 step GEMM took 10.8 us and a 128 x 2048 x 512 one 5.6 us, data/kernels/). Each
-# RNN_STEP_K_DEPTH of the GEMM's depth counts as a serial step (Cost.serial_steps). 5-fold
-# cross-validation (benchmarks/cross_validate.py) put 128 and 256 within 0.1 point of each other and
-# 32 and 64 0.5-1 point behind (RNN_STEP_NOTE).
+# A per-step recurrent GEMM has a batch of rows and a few dozen CTAs: its time is its main loop's chain
+# of dependent loads, not its FLOPs or bytes (on the H100 a 20 x 2600 x 650 step GEMM took 10.8 us and a
+# 128 x 2048 x 512 one 5.6 us; the backward's 20 x 650 x 2600 step GEMM of the first, four times as deep
+# but as many weights, 7.6 us: data/kernels/). Each RNN_STEP_K_DEPTH of the hidden size counts as a serial
+# step (Cost.serial_steps), forward and backward (5-fold cross-validation,
+# benchmarks/cross_validate.py, rnn median H100/H200: 9.6/8.4 % at 128, 9.7/9.4 % at 64, 9.3/8.9 % at 256;
+# gates x hidden for the backward's deeper data-gradient GEMM gave 10.1/9.0 %).
 RNN_STEP_K_DEPTH = 128
+# Launch latencies a per-step layer exposes per step: its GEMM and its cell kernel, which cuDNN's host
+# loop enqueues right behind the GEMM (a bf16 LSTM of hidden 32 took 4.2 us a step on the H100, under
+# the profiles' two kernel latencies of 2.4 us). 5-fold cross-validation chose 1.5 over 1 and 2
+# (rnn median
+# H100/H200 9.6/8.4 % against 11.9/10.6 % at 1 and 12.6/12.8 % at 2).
+RNN_STEP_LAUNCHES = 1.5
 
 
-def cudnn_rnn_kernels(steps: int, backward: bool = False, hidden: int | None = None) -> int:
-    """CUDA kernels of one layer and direction of a cuDNN recurrent layer over `steps` time steps: a
-    recurrent GEMM and a pointwise cell kernel per step, plus the input projection GEMM (in backward
-    also the weight-gradient GEMM) over all steps; for a persistent layer (hidden size known and at most
-    PERSISTENT_RNN_MAX_HIDDEN) the input GEMM, the persistent kernel and a bias kernel (in backward the
+def cudnn_rnn_persistent(hidden: int, element_bytes: int) -> bool:
+    """Whether cuDNN runs a recurrent layer of `hidden` units computing in `element_bytes`-byte floats as
+    one persistent kernel (fp32 and at most PERSISTENT_RNN_MAX_HIDDEN wide) rather than per-step kernels."""
+    return hidden <= PERSISTENT_RNN_MAX_HIDDEN and element_bytes >= 4
+
+
+def cudnn_rnn_kernels(steps: int, backward: bool = False, persistent: bool = False) -> int:
+    """Kernel launches priced for one layer and direction of a cuDNN recurrent layer over `steps` time
+    steps: RNN_STEP_LAUNCHES per step (a recurrent GEMM and a pointwise cell kernel), plus the input
+    projection GEMM (in backward also the weight-gradient GEMM) over all steps; for a persistent layer
+    (cudnn_rnn_persistent) the input GEMM, the persistent kernel and a bias kernel (in backward the
     persistent kernel, two pointwise kernels and three GEMMs), whatever the steps (data/kernels/)."""
-    if hidden is not None and hidden <= PERSISTENT_RNN_MAX_HIDDEN:
+    if persistent:
         return 6 if backward else 3
-    return 2 * steps + (2 if backward else 1)
+    return round(RNN_STEP_LAUNCHES * steps) + (2 if backward else 1)
 
 
-def cudnn_rnn_grid_syncs(steps: int, hidden: int) -> int:
-    """Grid-wide barriers of one layer and direction of a cuDNN recurrent layer: one per step when
-    it runs persistent (PERSISTENT_RNN_MAX_HIDDEN), none otherwise."""
-    return steps if hidden <= PERSISTENT_RNN_MAX_HIDDEN else 0
+def cudnn_rnn_grid_syncs(steps: int, persistent: bool) -> int:
+    """Grid-wide barriers of one layer and direction of a cuDNN recurrent layer: one per step when it
+    runs persistent, none otherwise."""
+    return steps if persistent else 0
 
 
-def cudnn_rnn_serial_steps(steps: int, hidden: int, gates: int, backward: bool = False) -> float:
-    """Serial work of one layer and direction of a cuDNN recurrent layer (Cost.serial_steps). A persistent
-    layer multiplies the recurrent weights (gates x hidden x hidden) by the last state each step before
-    the next can start, PERSISTENT_STEP_WEIGHTS weights counted as one serial step. A wider layer's step
-    is a GEMM of its own over a batch too small to hide the GEMM's main loop: each RNN_STEP_K_DEPTH of its
-    depth (hidden forward; gates x hidden for the backward's data gradient through the recurrent weights)
-    counts as one serial step."""
-    if hidden > PERSISTENT_RNN_MAX_HIDDEN:
-        depth = hidden * (gates if backward else 1)
-        return float(steps * math.ceil(depth / RNN_STEP_K_DEPTH))
-    return float(steps * gates * hidden * hidden / PERSISTENT_STEP_WEIGHTS)
+def cudnn_rnn_serial_steps(steps: int, hidden: int, gates: int, persistent: bool) -> float:
+    """Serial work of one layer and direction of a cuDNN recurrent layer (Cost.serial_steps), forward or
+    backward. A persistent layer multiplies the recurrent weights (gates x hidden x hidden) by the last
+    state each step before the next can start, PERSISTENT_STEP_WEIGHTS weights counted as one serial
+    step. Another layer's step is a GEMM of its own over a batch too small to hide its main loop: each
+    RNN_STEP_K_DEPTH of the hidden size counts as one serial step."""
+    if persistent:
+        return float(steps * gates * hidden * hidden / PERSISTENT_STEP_WEIGHTS)
+    return float(steps * math.ceil(hidden / RNN_STEP_K_DEPTH))
 
 
 class RNNWork(NamedTuple):
@@ -334,18 +347,19 @@ class RNNWork(NamedTuple):
 
 
 def cudnn_rnn_work(gates: int, steps: int, batch: int, in_size: int, hidden: int, layers: int = 1,
-                   directions: int = 1, backward: bool = False, element_bytes: int = 4) -> RNNWork:
+                   directions: int = 1, backward: bool = False, element_bytes: int = 4,
+                   persistent: bool = False) -> RNNWork:
     """FLOPs and weight traffic of a cuDNN recurrent call (nn.LSTM/GRU/RNN) whatever path the CPU trace
     takes (mkldnn's fused LSTM layer, or per-step GEMMs and cell ops for a GRU): per layer and direction,
     each step multiplies [x_t, h_(t-1)] by the gates x hidden weights and applies the cell pointwise; its
     backward computes the data and the weight gradients of the same GEMMs. A persistent layer
-    (PERSISTENT_RNN_MAX_HIDDEN) keeps its recurrent weights on chip; a per-step one reads them every step."""
+    (cudnn_rnn_persistent) keeps its recurrent weights on chip; a per-step one reads them every step."""
     flops = rereads = 0.0
     for layer in range(layers):
         width = in_size if layer == 0 else hidden * directions
         gemm = 2.0 * steps * batch * gates * hidden * (width + hidden)
         flops += directions * ((2.0 if backward else 1.0) * gemm + 8.0 * steps * batch * gates * hidden)
-        if hidden > PERSISTENT_RNN_MAX_HIDDEN:
+        if not persistent:
             rereads += directions * max(steps - 1, 0) * gates * hidden * hidden * element_bytes
     return RNNWork(flops, rereads, (batch, gates * hidden, in_size + hidden))
 
@@ -357,13 +371,15 @@ def _rnn_layer(call: OpCall) -> Cost:
     # ATen hands the layer a time-major input whatever the module's batch_first flag says.
     steps, batch = _shape(x)[:2]
     gates = RNN_GATES.get(int(call.args[9]), 4)
-    work = cudnn_rnn_work(gates, steps, batch, _shape(w_ih)[1], hidden, element_bytes=w_ih.element_size())
+    persistent = cudnn_rnn_persistent(hidden, w_ih.element_size())
+    work = cudnn_rnn_work(gates, steps, batch, _shape(w_ih)[1], hidden, element_bytes=w_ih.element_size(),
+                          persistent=persistent)
     # The time steps run one after another, each a recurrent GEMM and a pointwise gate kernel (cuDNN,
     # data/kernels/): one step's GEMM is all the GPU has to fill its SMs with, hence gemm batch 1.
-    cost = _with_gemm(call, "rnn", work.flops, work.gemm_mnk, 1, kernels=cudnn_rnn_kernels(steps, hidden=hidden))
+    cost = _with_gemm(call, "rnn", work.flops, work.gemm_mnk, 1, kernels=cudnn_rnn_kernels(steps, persistent=persistent))
     return replace(cost, bytes_read=cost.bytes_read + work.recurrent_rereads,
-                   grid_syncs=cudnn_rnn_grid_syncs(steps, hidden),
-                   serial_steps=cudnn_rnn_serial_steps(steps, hidden, gates))
+                   grid_syncs=cudnn_rnn_grid_syncs(steps, persistent),
+                   serial_steps=cudnn_rnn_serial_steps(steps, hidden, gates, persistent))
 
 
 @register_cost(*iter_ops(["mkldnn_rnn_layer_backward"]))
@@ -372,13 +388,15 @@ def _rnn_layer_backward(call: OpCall) -> Cost:
     hidden = _shape(call.args[5])[-1] if len(call.args) > 5 else _shape(w_ih)[0] // 4
     steps, batch = _shape(x)[:2]
     gates = max(1, _shape(w_ih)[0] // max(hidden, 1))
+    persistent = cudnn_rnn_persistent(hidden, w_ih.element_size())
     work = cudnn_rnn_work(gates, steps, batch, _shape(w_ih)[1], hidden, backward=True,
-                          element_bytes=w_ih.element_size())
+                          element_bytes=w_ih.element_size(), persistent=persistent)
     base = generic_cost(call, category="rnn", flops=work.flops)
     return Cost(base.flops, base.bytes_read + work.recurrent_rereads, unique_bytes(tensors(call.out)), "rnn",
-                gemm_mnk=work.gemm_mnk, gemm_batch=1, kernels=cudnn_rnn_kernels(steps, backward=True, hidden=hidden),
-                grid_syncs=cudnn_rnn_grid_syncs(steps, hidden),
-                serial_steps=cudnn_rnn_serial_steps(steps, hidden, gates, backward=True))
+                gemm_mnk=work.gemm_mnk, gemm_batch=1,
+                kernels=cudnn_rnn_kernels(steps, backward=True, persistent=persistent),
+                grid_syncs=cudnn_rnn_grid_syncs(steps, persistent),
+                serial_steps=cudnn_rnn_serial_steps(steps, hidden, gates, persistent))
 
 
 # ---------------------------------------------------------------- normalisation

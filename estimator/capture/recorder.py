@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.module_tracker import ModuleTracker
 
 from ..annotate.formulas import (RNN_MODE_GATES, RNNWork, cudnn_rnn_grid_syncs,  # (also registers the formulas)
-                                 cudnn_rnn_kernels, cudnn_rnn_serial_steps, cudnn_rnn_work)
+                                 cudnn_rnn_kernels, cudnn_rnn_persistent, cudnn_rnn_serial_steps, cudnn_rnn_work)
 from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
 from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, is_channels_last, storage_key,
                                  tensor_bytes, tensors, unique_bytes)
@@ -48,6 +48,14 @@ def _compute_dtype(call: OpCall) -> torch.dtype | None:
     return outs[0].dtype if outs else None
 
 
+class RNNCall(NamedTuple):
+    """One call of a recurrent module: its time steps, batch and the dtype cuDNN computes in."""
+
+    steps: int
+    batch: int
+    dtype: torch.dtype
+
+
 class RNNLaunches(NamedTuple):
     """What cuDNN runs for one recurrent module call, over all its layers and directions."""
 
@@ -55,6 +63,7 @@ class RNNLaunches(NamedTuple):
     grid_syncs: int
     serial_steps: float
     work: RNNWork
+    dtype: torch.dtype
 
 
 @dataclass
@@ -88,8 +97,7 @@ class OpRecorder(TorchDispatchMode):
         self._fused_written: dict[int, float] = {}  # storages it wrote that nothing inside it read yet
         self._entered: list[str] = []  # active modules in the order they were entered
         self._module_calls = 0  # Python module calls since the last recorded op (host overhead)
-        self._rnn_calls: dict[int, tuple[int, int]] = {}  # (time steps, batch) of each recurrent module's
-                                                          # last call, by id
+        self._rnn_calls: dict[int, RNNCall] = {}  # each recurrent module's last call, by id
 
     # ------------------------------------------------------------------ dispatch
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -104,14 +112,23 @@ class OpRecorder(TorchDispatchMode):
 
     def count_module_call(self, module: torch.nn.Module, args: Any) -> None:
         """Forward pre-hook: eager nn.Module.__call__ costs host time of its own. Also notes the time
-        steps and batch a recurrent module is called over (its fused node's kernels and work follow
+        steps, batch and dtype of a recurrent module's call (its fused node's kernels and work follow
         cuDNN's, not the ops the CPU path decomposes it into)."""
         self._module_calls += 1
         x = args[0] if args else None
         if isinstance(module, torch.nn.RNNBase) and isinstance(x, torch.Tensor) and x.dim() in (2, 3):
             time_dim = 1 if module.batch_first and x.dim() == 3 else 0
             batch = int(x.shape[1 - time_dim]) if x.dim() == 3 else 1
-            self._rnn_calls[id(module)] = (int(x.shape[time_dim]), batch)
+            self._rnn_calls[id(module)] = RNNCall(int(x.shape[time_dim]), batch, self._rnn_dtype(module, x))
+
+    def _rnn_dtype(self, module: torch.nn.Module, x: torch.Tensor) -> torch.dtype:
+        """The dtype cuDNN runs a recurrent module's call in: fp16 under CUDA autocast, whatever autocast's
+        own dtype (ATen's autocast kernel for _cudnn_rnn casts to half: the lstm zoo model's bf16-mixed
+        kernel profile, data/kernels/H100-SXM-training.jsonl, runs __half GEMMs and cells), else its
+        weights' dtype."""
+        if self.autocast:
+            return torch.float16
+        return next((p.dtype for p in module.parameters() if p.dtype.is_floating_point), x.dtype)
 
     def _fused_attrs(self, call: OpCall, cost: Cost, category: str, dtype: torch.dtype | None) -> dict[str, Any]:
         """Attributes of a fused node at its first op that the library call decides, not the op: for a
@@ -119,12 +136,13 @@ class OpRecorder(TorchDispatchMode):
         GEMM shape, and the bytes of its first op's inputs and of the weights it re-reads (later ops add
         only their new tensors, _merge); else the op's own GEMM kernels plus one (later GEMMs add theirs
         in _merge), no barriers and its serial steps."""
-        rnn = self._rnn_launches(torch.finfo(dtype).bits // 8 if dtype is not None and dtype.is_floating_point else 4)
+        rnn = self._rnn_launches()
         if rnn is None:
             return {"math_mode": math_mode(category, dtype, self.tf32), "grid_syncs": 0,
                     "serial_steps": float(cost.serial_steps),
                     "kernels": (cost.kernels if TENSOR_CORE_CATEGORIES & {category, cost.category} else 0) + 1}
-        return {"math_mode": self._rnn_math_mode(dtype, rnn), "grid_syncs": rnn.grid_syncs,
+        return {"math_mode": self._rnn_math_mode(rnn.dtype, rnn), "dtype": dtype_name(rnn.dtype),
+                "grid_syncs": rnn.grid_syncs,
                 "serial_steps": rnn.serial_steps, "kernels": rnn.kernels, "flops": rnn.work.flops,
                 "bytes_read": unique_bytes(call.inputs) + rnn.work.recurrent_rereads,
                 "gemm_m": rnn.work.gemm_mnk[0], "gemm_n": rnn.work.gemm_mnk[1], "gemm_k": rnn.work.gemm_mnk[2]}
@@ -135,23 +153,24 @@ class OpRecorder(TorchDispatchMode):
         mode = math_mode("rnn", dtype, self.tf32)
         return "fp32" if mode == "tf32" and rnn is not None and rnn.grid_syncs else mode
 
-    def _rnn_launches(self, element_bytes: int = 4) -> RNNLaunches | None:
+    def _rnn_launches(self) -> RNNLaunches | None:
         """What cuDNN runs for the recurrent module of the current fused node, over all its layers and
-        directions, if its time steps are known (element_bytes: of its weights as it computes)."""
+        directions, if its time steps are known."""
         mod = self.modules_by_name.get(self._fused_scope)
         call = self._rnn_calls.get(id(mod))
         if not isinstance(mod, torch.nn.RNNBase) or call is None:
             return None
-        (steps, batch), backward = call, self.phase == "backward"
+        backward, element_bytes = self.phase == "backward", torch.finfo(call.dtype).bits // 8
+        persistent = cudnn_rnn_persistent(mod.hidden_size, element_bytes)
         directions = 2 if mod.bidirectional else 1
         chains = mod.num_layers * directions
         gates = RNN_MODE_GATES.get(mod.mode, 4)
-        kernels = cudnn_rnn_kernels(steps, backward=backward, hidden=mod.hidden_size)
-        serial = cudnn_rnn_serial_steps(steps, mod.hidden_size, gates, backward)
-        work = cudnn_rnn_work(gates, steps, batch, mod.input_size, mod.hidden_size, mod.num_layers, directions,
-                              backward, element_bytes)
-        return RNNLaunches(chains * kernels, chains * cudnn_rnn_grid_syncs(steps, mod.hidden_size), chains * serial,
-                           work)
+        kernels = cudnn_rnn_kernels(call.steps, backward, persistent)
+        serial = cudnn_rnn_serial_steps(call.steps, mod.hidden_size, gates, persistent)
+        work = cudnn_rnn_work(gates, call.steps, call.batch, mod.input_size, mod.hidden_size, mod.num_layers,
+                              directions, backward, element_bytes, persistent)
+        return RNNLaunches(chains * kernels, chains * cudnn_rnn_grid_syncs(call.steps, persistent), chains * serial,
+                           work, call.dtype)
 
     # ------------------------------------------------------------------ helpers
     def current_module(self) -> str:
@@ -284,7 +303,7 @@ class OpRecorder(TorchDispatchMode):
             if cost.gemm_mnk != (0, 0, 0) and rnn is None:
                 a["gemm_m"], a["gemm_n"], a["gemm_k"] = cost.gemm_mnk
             if a["math_mode"] == "int":
-                a["math_mode"] = self._rnn_math_mode(torch.float32, rnn)
+                a["math_mode"] = self._rnn_math_mode(rnn.dtype if rnn else torch.float32, rnn)
         a["supported"] = a["supported"] and cost.supported
         node.inputs = sorted(set(node.inputs) | {p for p in producers if p != index})
         for t in outputs:

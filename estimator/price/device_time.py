@@ -39,7 +39,9 @@ GEMM_TILE = 128                       # output tile edge of the tensor-core GEMM
 # roofline time there before, which made a batch-32 convolution's backward slower per FLOP than its
 # batch-128 one, as smaller ones are, where both run many waves at the same rate. 5-fold
 # cross-validation (benchmarks/cross_validate.py) chose 10 waves over 3 and 30, and the one column over
-# a column of its own for the waves (TILE_WAVES_NOTE).
+# a column of its own for the waves (mean of the category medians
+# H100/H200 8.02/8.29 -> 7.78/8.09 %: attention 8.1/6.8 -> 6.9/5.4 %, matmul 8.7/7.8 -> 7.3/7.8 %, conv
+# 10.2/11.3 -> 10.2/10.6 %; 3 waves gave 7.90/8.35 %, 30 waves 7.84/8.33 %, a column of its own 7.87/8.24 %).
 TILE_WAVES_STEADY = 10.0
 TILED_CATEGORIES = ("matmul", "conv", "attention")
 # cuBLAS splits a GEMM with fewer output tiles than SMs and a deep K along K over more CTAs (split-K and
