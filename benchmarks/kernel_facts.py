@@ -221,6 +221,33 @@ def persistent_rnn_steps() -> str:
     return f"persistent RNN kernels (H100-SXM-benchmarks), forward time per step and layer: {cells}"
 
 
+def per_step_rnn_gemms() -> str:
+    """The step GEMMs of the profiled cuDNN RNNs that ran no persistent kernel (all bf16 ones, even at
+    hidden 128), time per call."""
+    out = []
+    for rec in _kernel_records("H100-SXM-benchmarks"):
+        name, p = rec.get("benchmark", ""), rec.get("params", {})
+        if not p.get("cell") or any("blockPersist" in k["name"] for k in rec["kernels"]):
+            continue
+        steps = p["seq"] * p["layers"] * (2 if p.get("bidirectional") else 1)
+        gemms = [k for k in rec["kernels"] if k["calls_per_iter"] >= steps
+                 and ("gemm" in k["name"].lower() or "nvjet" in k["name"])]
+        per_call = ", ".join(f"{k['us_per_iter'] / k['calls_per_iter']:.1f}" for k in gemms)
+        out.append(f"{name} ({p.get('dtype', 'fp32')}): {per_call} us a call")
+    return "RNNs without a persistent kernel (H100-SXM-benchmarks), step GEMMs: " + "; ".join(out)
+
+
+def rnn_step_times(rows: dict[str, dict]) -> str:
+    """Device-busy time per time step of the suite's per-step (16-bit) RNN forward benchmarks."""
+    out = []
+    for name, r in sorted(rows.items()):
+        p = r.get("params", {})
+        if name.startswith("rnn_fwd_") and name.endswith("_bf16") and r.get("busy_ms") and p.get("hidden", 0) <= 64:
+            steps = p["seq"] * p["layers"] * (2 if p.get("bidirectional") else 1)
+            out.append(f"{name} {1e3 * r['busy_ms'] / steps:.1f} us")
+    return "bf16 RNN forward, device-busy time per step and layer: " + "; ".join(out)
+
+
 def vgg_bias_share() -> str:
     for r in _kernel_records("H100-SXM-training"):
         if r["model"] == "vgg16" and r["mode"] == "inference" and r["precision"] == "bf16-mixed":
@@ -259,9 +286,11 @@ def main() -> None:
         for line in (causal_pairs(gpu, rows), copies(rows), permuted_reads(gpu, rows), nhwc_depthwise(rows),
                      mixed_add(rows),
                      odd_rows(rows), reductions(gpu, rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
-                     pointwise_planes(gpu, rows), embedding_lookups(rows), bilinear_upsampling(rows)):
+                     pointwise_planes(gpu, rows), embedding_lookups(rows), bilinear_upsampling(rows),
+                     rnn_step_times(rows)):
             print("  " + line)
     print(persistent_rnn_steps())
+    print(per_step_rnn_gemms())
     print(vgg_bias_share())
     print(layout_transform_shares("H100-SXM-training"))
     print(layout_transform_shares("H100-SXM-inference"))

@@ -249,8 +249,10 @@ def test_local_correction_learns_a_shape_effect_the_linear_fit_cannot_express(tm
         return abs(_predict_row(row, p) - measured) / measured
 
     assert error(bumped, prof) < 0.6 * error(bumped, plain)
-    far = {"nodes": _nodes(lambda a, b: a + b, (1 << 29,), (1 << 29,))}    # 8x the largest add measured
-    assert _predict_row(far, prof) == pytest.approx(_predict_row(far, plain), rel=0.005)
+    # 8x the largest add measured: within 1 % of the regression (the prior weight leaves a node that far
+    # a sliver of its neighbours' residuals; the bump itself is 60 %)
+    far = {"nodes": _nodes(lambda a, b: a + b, (1 << 29,), (1 << 29,))}
+    assert _predict_row(far, prof) == pytest.approx(_predict_row(far, plain), rel=0.01)
 
 
 def test_residual_points_are_validated():
