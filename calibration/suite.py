@@ -519,8 +519,9 @@ def _rnn(out: list[Benchmark]) -> None:
             ("gru", 40, 256, 64, 64, 1, False), ("gru", 64, 1, 128, 128, 1, True)]
     for spec in session10 + session13:
         _rnn_benchmarks(out, *spec)
-    # Session 15: 16-bit layers (mixed-precision training runs cuDNN's RNNs in bf16), persistent and per-step
-    # widths of both cells; without them the fits extrapolated the fp32 kernels to a mode they never saw.
+    # Session 15: 16-bit layers (bf16 weights; mixed precision runs cuDNN's RNNs in fp16, the same 16-bit
+    # fits), of both cells and of widths that run persistent in fp32 and per step; without them the fits
+    # extrapolated the fp32 kernels to a mode they never saw.
     session15 = [
             ("lstm", 64, 8, 32, 32, 1, False), ("lstm", 50, 1, 128, 128, 1, False),
             ("lstm", 100, 32, 128, 128, 1, False), ("gru", 48, 64, 128, 128, 1, False),
