@@ -199,6 +199,11 @@ def bilinear_upsampling(rows: dict[str, dict]) -> str:
             f"(32 x 256 x 32x32) takes {bwd('bf16') / bwd('fp32'):.1f}x as long in bf16 as in fp32")
 
 
+def _rnn_step_chains(p: dict) -> int:
+    """Time steps times layers times directions of a suite RNN benchmark's params: its recurrent steps."""
+    return p["seq"] * p["layers"] * (2 if p.get("bidirectional") else 1)
+
+
 def _kernel_records(name: str) -> list[dict]:
     """The records of one committed kernel-profile file (data/kernels/<name>.jsonl)."""
     path = REPO / "data" / "kernels" / f"{name}.jsonl"
@@ -212,8 +217,7 @@ def persistent_rnn_steps() -> str:
         p = rec.get("params", {})
         us = sum(k["us_per_iter"] for k in rec["kernels"] if "RNN_blockPersist_fp" in k["name"])
         if us and p.get("cell"):
-            chains = p["layers"] * (2 if p.get("bidirectional") else 1)
-            per_cell.setdefault(p["cell"], {}).setdefault(p["hidden"], []).append(us / (p["seq"] * chains))
+            per_cell.setdefault(p["cell"], {}).setdefault(p["hidden"], []).append(us / _rnn_step_chains(p))
     from estimator.annotate.formulas import RNN_MODE_GATES
     cells = "; ".join(cell + " " + ", ".join(
         f"h{h} ({RNN_MODE_GATES[cell.upper()] * h * h} weights) {min(v):.2f}-{max(v):.2f} us"
@@ -229,7 +233,7 @@ def per_step_rnn_gemms() -> str:
         name, p = rec.get("benchmark", ""), rec.get("params", {})
         if not p.get("cell") or any("blockPersist" in k["name"] for k in rec["kernels"]):
             continue
-        steps = p["seq"] * p["layers"] * (2 if p.get("bidirectional") else 1)
+        steps = _rnn_step_chains(p)
         gemms = [k for k in rec["kernels"] if k["calls_per_iter"] >= steps
                  and ("gemm" in k["name"].lower() or "nvjet" in k["name"])]
         per_call = ", ".join(f"{k['us_per_iter'] / k['calls_per_iter']:.1f}" for k in gemms)
@@ -238,13 +242,13 @@ def per_step_rnn_gemms() -> str:
 
 
 def rnn_step_times(rows: dict[str, dict]) -> str:
-    """Device-busy time per time step of the suite's per-step (16-bit) RNN forward benchmarks."""
+    """Device-busy time per time step of the suite's narrow (hidden <= 64, launch-bound) bf16 RNN forward
+    benchmarks, which run a GEMM and a cell kernel per step."""
     out = []
     for name, r in sorted(rows.items()):
         p = r.get("params", {})
         if name.startswith("rnn_fwd_") and name.endswith("_bf16") and r.get("busy_ms") and p.get("hidden", 0) <= 64:
-            steps = p["seq"] * p["layers"] * (2 if p.get("bidirectional") else 1)
-            out.append(f"{name} {1e3 * r['busy_ms'] / steps:.1f} us")
+            out.append(f"{name} {1e3 * r['busy_ms'] / _rnn_step_chains(p):.1f} us")
     return "bf16 RNN forward, device-busy time per step and layer: " + "; ".join(out)
 
 

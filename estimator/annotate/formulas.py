@@ -340,21 +340,26 @@ def cudnn_rnn_serial_steps(steps: int, hidden: int, gates: int, persistent: bool
 
 
 class RNNWork(NamedTuple):
-    """What one cuDNN recurrent call computes over all its layers and directions."""
+    """What one cuDNN recurrent call computes and launches over all its layers and directions."""
 
     flops: float
     recurrent_rereads: float          # bytes of recurrent weights its per-step kernels read again
     gemm_mnk: tuple[int, int, int]    # one step's GEMM of the first layer: the unit that fills the GPU
+    kernels: int                      # launches priced (cudnn_rnn_kernels)
+    grid_syncs: int
+    serial_steps: float
 
 
 def cudnn_rnn_work(gates: int, steps: int, batch: int, in_size: int, hidden: int, layers: int = 1,
-                   directions: int = 1, backward: bool = False, element_bytes: int = 4,
-                   persistent: bool = False) -> RNNWork:
-    """FLOPs and weight traffic of a cuDNN recurrent call (nn.LSTM/GRU/RNN) whatever path the CPU trace
-    takes (mkldnn's fused LSTM layer, or per-step GEMMs and cell ops for a GRU): per layer and direction,
-    each step multiplies [x_t, h_(t-1)] by the gates x hidden weights and applies the cell pointwise; its
-    backward computes the data and the weight gradients of the same GEMMs. A persistent layer
-    (cudnn_rnn_persistent) keeps its recurrent weights on chip; a per-step one reads them every step."""
+                   directions: int = 1, backward: bool = False, element_bytes: int = 4) -> RNNWork:
+    """FLOPs, weight traffic and launches of a cuDNN recurrent call (nn.LSTM/GRU/RNN) computing in
+    `element_bytes`-byte floats, whatever path the CPU trace takes (mkldnn's fused LSTM layer, or per-step
+    GEMMs and cell ops for a GRU): per layer and direction, each step multiplies [x_t, h_(t-1)] by the
+    gates x hidden weights and applies the cell pointwise; its backward computes the data and the weight
+    gradients of the same GEMMs. A persistent layer (cudnn_rnn_persistent) keeps its recurrent weights on
+    chip; a per-step one reads them every step."""
+    persistent = cudnn_rnn_persistent(hidden, element_bytes)
+    chains = layers * directions
     flops = rereads = 0.0
     for layer in range(layers):
         width = in_size if layer == 0 else hidden * directions
@@ -362,7 +367,10 @@ def cudnn_rnn_work(gates: int, steps: int, batch: int, in_size: int, hidden: int
         flops += directions * ((2.0 if backward else 1.0) * gemm + 8.0 * steps * batch * gates * hidden)
         if not persistent:
             rereads += directions * max(steps - 1, 0) * gates * hidden * hidden * element_bytes
-    return RNNWork(flops, rereads, (batch, gates * hidden, in_size + hidden))
+    return RNNWork(flops, rereads, (batch, gates * hidden, in_size + hidden),
+                   chains * cudnn_rnn_kernels(steps, backward, persistent),
+                   chains * cudnn_rnn_grid_syncs(steps, persistent),
+                   chains * cudnn_rnn_serial_steps(steps, hidden, gates, persistent))
 
 
 @register_cost(*iter_ops(["mkldnn_rnn_layer"]))
@@ -372,15 +380,12 @@ def _rnn_layer(call: OpCall) -> Cost:
     # ATen hands the layer a time-major input whatever the module's batch_first flag says.
     steps, batch = _shape(x)[:2]
     gates = RNN_GATES.get(int(call.args[9]), 4)
-    persistent = cudnn_rnn_persistent(hidden, w_ih.element_size())
-    work = cudnn_rnn_work(gates, steps, batch, _shape(w_ih)[1], hidden, element_bytes=w_ih.element_size(),
-                          persistent=persistent)
+    work = cudnn_rnn_work(gates, steps, batch, _shape(w_ih)[1], hidden, element_bytes=w_ih.element_size())
     # The time steps run one after another, each a recurrent GEMM and a pointwise gate kernel (cuDNN,
     # data/kernels/): one step's GEMM is all the GPU has to fill its SMs with, hence gemm batch 1.
-    cost = _with_gemm(call, "rnn", work.flops, work.gemm_mnk, 1, kernels=cudnn_rnn_kernels(steps, persistent=persistent))
-    return replace(cost, bytes_read=cost.bytes_read + work.recurrent_rereads,
-                   grid_syncs=cudnn_rnn_grid_syncs(steps, persistent),
-                   serial_steps=cudnn_rnn_serial_steps(steps, hidden, gates, persistent))
+    cost = _with_gemm(call, "rnn", work.flops, work.gemm_mnk, 1, kernels=work.kernels)
+    return replace(cost, bytes_read=cost.bytes_read + work.recurrent_rereads, grid_syncs=work.grid_syncs,
+                   serial_steps=work.serial_steps)
 
 
 @register_cost(*iter_ops(["mkldnn_rnn_layer_backward"]))
@@ -389,15 +394,12 @@ def _rnn_layer_backward(call: OpCall) -> Cost:
     hidden = _shape(call.args[5])[-1] if len(call.args) > 5 else _shape(w_ih)[0] // 4
     steps, batch = _shape(x)[:2]
     gates = max(1, _shape(w_ih)[0] // max(hidden, 1))
-    persistent = cudnn_rnn_persistent(hidden, w_ih.element_size())
     work = cudnn_rnn_work(gates, steps, batch, _shape(w_ih)[1], hidden, backward=True,
-                          element_bytes=w_ih.element_size(), persistent=persistent)
+                          element_bytes=w_ih.element_size())
     base = generic_cost(call, category="rnn", flops=work.flops)
     return Cost(base.flops, base.bytes_read + work.recurrent_rereads, unique_bytes(tensors(call.out)), "rnn",
-                gemm_mnk=work.gemm_mnk, gemm_batch=1,
-                kernels=cudnn_rnn_kernels(steps, backward=True, persistent=persistent),
-                grid_syncs=cudnn_rnn_grid_syncs(steps, persistent),
-                serial_steps=cudnn_rnn_serial_steps(steps, hidden, gates, persistent))
+                gemm_mnk=work.gemm_mnk, gemm_batch=1, kernels=work.kernels, grid_syncs=work.grid_syncs,
+                serial_steps=work.serial_steps)
 
 
 # ---------------------------------------------------------------- normalisation

@@ -15,8 +15,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.module_tracker import ModuleTracker
 
-from ..annotate.formulas import (RNN_MODE_GATES, RNNWork, cudnn_rnn_grid_syncs,  # (also registers the formulas)
-                                 cudnn_rnn_kernels, cudnn_rnn_persistent, cudnn_rnn_serial_steps, cudnn_rnn_work)
+from ..annotate.formulas import RNN_MODE_GATES, RNNWork, cudnn_rnn_work  # (also registers the formulas)
 from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
 from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, is_channels_last, storage_key,
                                  tensor_bytes, tensors, unique_bytes)
@@ -57,11 +56,9 @@ class RNNCall(NamedTuple):
 
 
 class RNNLaunches(NamedTuple):
-    """What cuDNN runs for one recurrent module call, over all its layers and directions."""
+    """What cuDNN runs for one recurrent module call, over all its layers and directions, and the dtype
+    it computes in."""
 
-    kernels: int
-    grid_syncs: int
-    serial_steps: float
     work: RNNWork
     dtype: torch.dtype
 
@@ -95,6 +92,7 @@ class OpRecorder(TorchDispatchMode):
         self._fused_key: tuple | None = None
         self._fused_seen: set[int] = set()       # storages the current fused node already reads or writes
         self._fused_written: dict[int, float] = {}  # storages it wrote that nothing inside it read yet
+        self._fused_rnn: RNNLaunches | None = None    # what the current fused node runs, if a known RNN call
         self._entered: list[str] = []  # active modules in the order they were entered
         self._module_calls = 0  # Python module calls since the last recorded op (host overhead)
         self._rnn_calls: dict[int, RNNCall] = {}  # each recurrent module's last call, by id
@@ -130,28 +128,28 @@ class OpRecorder(TorchDispatchMode):
             return torch.float16
         return next((p.dtype for p in module.parameters() if p.dtype.is_floating_point), x.dtype)
 
-    def _fused_attrs(self, call: OpCall, cost: Cost, category: str, dtype: torch.dtype | None) -> dict[str, Any]:
+    def _fused_attrs(self, call: OpCall, cost: Cost, category: str, dtype: torch.dtype | None,
+                     rnn: RNNLaunches | None) -> dict[str, Any]:
         """Attributes of a fused node at its first op that the library call decides, not the op: for a
         recurrent module whose steps are known, cuDNN's kernels, grid barriers, serial steps, FLOPs and
         GEMM shape, and the bytes of its first op's inputs and of the weights it re-reads (later ops add
         only their new tensors, _merge); else the op's own GEMM kernels plus one (later GEMMs add theirs
         in _merge), no barriers and its serial steps."""
-        rnn = self._rnn_launches()
         if rnn is None:
             return {"math_mode": math_mode(category, dtype, self.tf32), "grid_syncs": 0,
                     "serial_steps": float(cost.serial_steps),
                     "kernels": (cost.kernels if TENSOR_CORE_CATEGORIES & {category, cost.category} else 0) + 1}
+        work = rnn.work
         return {"math_mode": self._rnn_math_mode(rnn.dtype, rnn), "dtype": dtype_name(rnn.dtype),
-                "grid_syncs": rnn.grid_syncs,
-                "serial_steps": rnn.serial_steps, "kernels": rnn.kernels, "flops": rnn.work.flops,
-                "bytes_read": unique_bytes(call.inputs) + rnn.work.recurrent_rereads,
-                "gemm_m": rnn.work.gemm_mnk[0], "gemm_n": rnn.work.gemm_mnk[1], "gemm_k": rnn.work.gemm_mnk[2]}
+                "grid_syncs": work.grid_syncs, "serial_steps": work.serial_steps, "kernels": work.kernels,
+                "flops": work.flops, "bytes_read": unique_bytes(call.inputs) + work.recurrent_rereads,
+                "gemm_m": work.gemm_mnk[0], "gemm_n": work.gemm_mnk[1], "gemm_k": work.gemm_mnk[2]}
 
     def _rnn_math_mode(self, dtype: torch.dtype | None, rnn: RNNLaunches | None) -> str:
         """Math mode of a fused recurrent node: a persistent cuDNN recurrence multiplies its fp32 weights
         with FMAs (RNN_blockPersist_*_FMA), not on tensor cores, whatever TF32 allows."""
         mode = math_mode("rnn", dtype, self.tf32)
-        return "fp32" if mode == "tf32" and rnn is not None and rnn.grid_syncs else mode
+        return "fp32" if mode == "tf32" and rnn is not None and rnn.work.grid_syncs else mode
 
     def _rnn_launches(self) -> RNNLaunches | None:
         """What cuDNN runs for the recurrent module of the current fused node, over all its layers and
@@ -160,17 +158,10 @@ class OpRecorder(TorchDispatchMode):
         call = self._rnn_calls.get(id(mod))
         if not isinstance(mod, torch.nn.RNNBase) or call is None:
             return None
-        backward, element_bytes = self.phase == "backward", torch.finfo(call.dtype).bits // 8
-        persistent = cudnn_rnn_persistent(mod.hidden_size, element_bytes)
-        directions = 2 if mod.bidirectional else 1
-        chains = mod.num_layers * directions
-        gates = RNN_MODE_GATES.get(mod.mode, 4)
-        kernels = cudnn_rnn_kernels(call.steps, backward, persistent)
-        serial = cudnn_rnn_serial_steps(call.steps, mod.hidden_size, gates, persistent)
-        work = cudnn_rnn_work(gates, call.steps, call.batch, mod.input_size, mod.hidden_size, mod.num_layers,
-                              directions, backward, element_bytes, persistent)
-        return RNNLaunches(chains * kernels, chains * cudnn_rnn_grid_syncs(call.steps, persistent), chains * serial,
-                           work, call.dtype)
+        work = cudnn_rnn_work(RNN_MODE_GATES.get(mod.mode, 4), call.steps, call.batch, mod.input_size,
+                              mod.hidden_size, mod.num_layers, 2 if mod.bidirectional else 1,
+                              self.phase == "backward", torch.finfo(call.dtype).bits // 8)
+        return RNNLaunches(work, call.dtype)
 
     # ------------------------------------------------------------------ helpers
     def current_module(self) -> str:
@@ -268,7 +259,8 @@ class OpRecorder(TorchDispatchMode):
             "autocast": self.autocast,
         }
         if fused:
-            attrs.update(self._fused_attrs(call, cost, category, dtype))
+            self._fused_rnn = self._rnn_launches()
+            attrs.update(self._fused_attrs(call, cost, category, dtype, self._fused_rnn))
         self._module_calls = 0
         self.nodes.append(RecordedNode(attrs, producers))
         index = len(self.nodes) - 1
@@ -280,7 +272,7 @@ class OpRecorder(TorchDispatchMode):
     def _merge(self, index: int, call: OpCall, cost: Cost, producers: list[int], outputs: list[torch.Tensor]) -> None:
         node = self.nodes[index]
         a = node.attrs
-        rnn = self._rnn_launches()
+        rnn = self._fused_rnn
         if rnn is None:   # a recurrent module's work is its own, set when it began
             a["flops"] += float(cost.flops)
         a["flops_skipped"] += float(cost.flops_skipped)
@@ -297,13 +289,12 @@ class OpRecorder(TorchDispatchMode):
         self._fused_written.update((k, tensor_bytes(t)) for k, t in new_out.items())
         self._fused_seen.update(storage_key(t) for t in call.inputs + outputs)
         a["fused_ops"] += 1
-        if cost.category in TENSOR_CORE_CATEGORIES:
-            if rnn is None:
-                a["kernels"] += cost.kernels
-            if cost.gemm_mnk != (0, 0, 0) and rnn is None:
+        if cost.category in TENSOR_CORE_CATEGORIES and rnn is None:
+            a["kernels"] += cost.kernels
+            if cost.gemm_mnk != (0, 0, 0):
                 a["gemm_m"], a["gemm_n"], a["gemm_k"] = cost.gemm_mnk
-            if a["math_mode"] == "int":
-                a["math_mode"] = self._rnn_math_mode(rnn.dtype if rnn else torch.float32, rnn)
+            if a["math_mode"] == "int":   # a call that began with an integer op (a length, an index)
+                a["math_mode"] = self._rnn_math_mode(torch.float32, None)
         a["supported"] = a["supported"] and cost.supported
         node.inputs = sorted(set(node.inputs) | {p for p in producers if p != index})
         for t in outputs:

@@ -299,8 +299,8 @@ def residual_features(table: NodeTable, gpu: GPUSpec, mode: np.ndarray, peak: np
     # conv median H100/H200: 11.2/11.3 -> 9.4/9.8 %; benchmarks/cross_validate.py). Saturates at
     # TAP_BYTES_REF.
     tap_bytes = k / np.maximum(table.window, 1.0) * map_values(mode, MODE_ELEMENT_BYTES, 4.0)
-    tensor_core_conv = (table.category == "conv") & table.tensor_core & is_gemm & (k > 0)
-    f["log_tap_bytes"] = np.where(tensor_core_conv,
+    gathers_taps = (table.category == "conv") & table.tensor_core & is_gemm & (k > 0)
+    f["log_tap_bytes"] = np.where(gathers_taps,
                                   np.clip(np.log2(np.maximum(tap_bytes, 1.0) / TAP_BYTES_REF), -8.0, 0.0), 0.0)
     # cuDNN's NHWC depthwise kernels beat PyTorch's NCHW ones by ~4x in 16-bit but by a shape-dependent
     # 0.3-3.4x in tf32 (benchmarks/kernel_facts.py), so the memory format enters per data precision.
