@@ -340,10 +340,12 @@ def cudnn_rnn_serial_steps(steps: int, hidden: int, gates: int, persistent: bool
 
 
 class RNNWork(NamedTuple):
-    """What one cuDNN recurrent call computes and launches over all its layers and directions."""
+    """What one cuDNN recurrent call computes, moves and launches over all its layers and directions."""
 
     flops: float
     recurrent_rereads: float          # bytes of recurrent weights its per-step kernels read again
+    bytes_read: float                 # its inputs, weights and states once, plus recurrent_rereads
+    bytes_written: float              # its outputs and final states (backward: the input and weight gradients)
     gemm_mnk: tuple[int, int, int]    # one step's GEMM of the first layer: the unit that fills the GPU
     kernels: int                      # launches priced (cudnn_rnn_kernels)
     grid_syncs: int
@@ -360,14 +362,25 @@ def cudnn_rnn_work(gates: int, steps: int, batch: int, in_size: int, hidden: int
     chip; a per-step one reads them every step."""
     persistent = cudnn_rnn_persistent(hidden, element_bytes)
     chains = layers * directions
-    flops = rereads = 0.0
+    flops = rereads = weights = 0.0
     for layer in range(layers):
         width = in_size if layer == 0 else hidden * directions
         gemm = 2.0 * steps * batch * gates * hidden * (width + hidden)
         flops += directions * ((2.0 if backward else 1.0) * gemm + 8.0 * steps * batch * gates * hidden)
+        weights += directions * gates * hidden * (width + hidden + 2) * element_bytes   # with both biases
         if not persistent:
             rereads += directions * max(steps - 1, 0) * gates * hidden * hidden * element_bytes
-    return RNNWork(flops, rereads, (batch, gates * hidden, in_size + hidden),
+    # Bytes follow the call's tensors, never the ops the CPU trace decomposes it into: those depend on
+    # the host's ISA (mkldnn takes bf16 layers only on CPUs with AVX512-BF16) and would make the trace,
+    # and every profile fitted on it, differ between machines.
+    x = steps * batch * in_size * element_bytes
+    y = steps * batch * hidden * directions * element_bytes
+    states = chains * batch * hidden * element_bytes * (2 if gates == 4 else 1)   # h (and an LSTM's c)
+    if backward:   # reads dy, x, y, weights and the states; writes dx, the weight and the state gradients
+        moved = (y + x + y + weights + states + rereads, float(x + weights + states))
+    else:
+        moved = (x + weights + rereads, float(y + states))
+    return RNNWork(flops, rereads, *moved, (batch, gates * hidden, in_size + hidden),
                    chains * cudnn_rnn_kernels(steps, backward, persistent),
                    chains * cudnn_rnn_grid_syncs(steps, persistent),
                    chains * cudnn_rnn_serial_steps(steps, hidden, gates, persistent))

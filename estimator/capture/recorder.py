@@ -53,14 +53,18 @@ class RNNCall(NamedTuple):
     steps: int
     batch: int
     dtype: torch.dtype
+    input_shape: str       # the input's shape, as node input_shapes write it
+    output_shape: str      # the output sequence's shape
 
 
 class RNNLaunches(NamedTuple):
-    """What cuDNN runs for one recurrent module call, over all its layers and directions, and the dtype
-    it computes in."""
+    """What cuDNN runs for one recurrent module call, over all its layers and directions, the dtype it
+    computes in, and the call as the node describes it."""
 
     work: RNNWork
     dtype: torch.dtype
+    module_type: str       # the recurrent module's class, e.g. nn.LSTM
+    call: RNNCall
 
 
 @dataclass
@@ -117,7 +121,9 @@ class OpRecorder(TorchDispatchMode):
         if isinstance(module, torch.nn.RNNBase) and isinstance(x, torch.Tensor) and x.dim() in (2, 3):
             time_dim = 1 if module.batch_first and x.dim() == 3 else 0
             batch = int(x.shape[1 - time_dim]) if x.dim() == 3 else 1
-            self._rnn_calls[id(module)] = RNNCall(int(x.shape[time_dim]), batch, self._rnn_dtype(module, x))
+            out_shape = (*x.shape[:-1], module.hidden_size * (2 if module.bidirectional else 1))
+            self._rnn_calls[id(module)] = RNNCall(int(x.shape[time_dim]), batch, self._rnn_dtype(module, x),
+                                                  _shapes([x]), "x".join(map(str, out_shape)))
 
     def _rnn_dtype(self, module: torch.nn.Module, x: torch.Tensor) -> torch.dtype:
         """The dtype cuDNN runs a recurrent module's call in: fp16 under CUDA autocast, whatever autocast's
@@ -141,8 +147,10 @@ class OpRecorder(TorchDispatchMode):
                     "kernels": (cost.kernels if TENSOR_CORE_CATEGORIES & {category, cost.category} else 0) + 1}
         work = rnn.work
         return {"math_mode": self._rnn_math_mode(rnn.dtype, rnn), "dtype": dtype_name(rnn.dtype),
-                "grid_syncs": work.grid_syncs, "serial_steps": work.serial_steps, "kernels": work.kernels,
-                "flops": work.flops, "bytes_read": unique_bytes(call.inputs) + work.recurrent_rereads,
+                "cpu_op": rnn.module_type, "input_shapes": rnn.call.input_shape, "output_shapes": rnn.call.output_shape,
+                "permuted": False, "grid_syncs": work.grid_syncs, "serial_steps": work.serial_steps,
+                "kernels": work.kernels, "flops": work.flops, "bytes_read": work.bytes_read,
+                "bytes_written": work.bytes_written,
                 "gemm_m": work.gemm_mnk[0], "gemm_n": work.gemm_mnk[1], "gemm_k": work.gemm_mnk[2]}
 
     def _rnn_math_mode(self, dtype: torch.dtype | None, rnn: RNNLaunches | None) -> str:
@@ -161,7 +169,7 @@ class OpRecorder(TorchDispatchMode):
         work = cudnn_rnn_work(RNN_MODE_GATES.get(mod.mode, 4), call.steps, call.batch, mod.input_size,
                               mod.hidden_size, mod.num_layers, 2 if mod.bidirectional else 1,
                               self.phase == "backward", torch.finfo(call.dtype).bits // 8)
-        return RNNLaunches(work, call.dtype)
+        return RNNLaunches(work, call.dtype, f"nn.{type(mod).__name__}", call)
 
     # ------------------------------------------------------------------ helpers
     def current_module(self) -> str:
@@ -276,18 +284,8 @@ class OpRecorder(TorchDispatchMode):
         if rnn is None:   # a recurrent module's work is its own, set when it began
             a["flops"] += float(cost.flops)
         a["flops_skipped"] += float(cost.flops_skipped)
-        # One library call moves each tensor once (a recurrent call's per-step weight re-reads are counted
-        # by its formula, _fused_attrs): state written by one step and read by the next never leaves the
-        # kernel's working set.
-        # A value one step writes and a later step reads is internal to the call (registers/SMEM);
-        # what is written and never read inside (outputs, saved activations) reaches memory.
-        a["bytes_read"] += unique_bytes(t for t in call.inputs if storage_key(t) not in self._fused_seen)
-        for key in {storage_key(t) for t in call.inputs} & self._fused_written.keys():
-            a["bytes_written"] -= self._fused_written.pop(key)
-        new_out = {storage_key(t): t for t in outputs if storage_key(t) not in self._fused_seen}
-        a["bytes_written"] += sum(tensor_bytes(t) for t in new_out.values())
-        self._fused_written.update((k, tensor_bytes(t)) for k, t in new_out.items())
-        self._fused_seen.update(storage_key(t) for t in call.inputs + outputs)
+        if rnn is None:   # a known recurrent call's bytes are its formula's, _fused_attrs
+            self._merge_bytes(a, call, outputs)
         a["fused_ops"] += 1
         if cost.category in TENSOR_CORE_CATEGORIES and rnn is None:
             a["kernels"] += cost.kernels
@@ -300,6 +298,18 @@ class OpRecorder(TorchDispatchMode):
         for t in outputs:
             self._writer[storage_key(t)] = index
         self._keep_alive(outputs)
+
+    def _merge_bytes(self, a: dict[str, Any], call: OpCall, outputs: list[torch.Tensor]) -> None:
+        """One library call moves each tensor once: a value one of its ops writes and a later one reads
+        stays inside the call (registers/SMEM); what is written and never read inside (outputs, saved
+        activations) reaches memory."""
+        a["bytes_read"] += unique_bytes(t for t in call.inputs if storage_key(t) not in self._fused_seen)
+        for key in {storage_key(t) for t in call.inputs} & self._fused_written.keys():
+            a["bytes_written"] -= self._fused_written.pop(key)
+        new_out = {storage_key(t): t for t in outputs if storage_key(t) not in self._fused_seen}
+        a["bytes_written"] += sum(tensor_bytes(t) for t in new_out.values())
+        self._fused_written.update((k, tensor_bytes(t)) for k, t in new_out.items())
+        self._fused_seen.update(storage_key(t) for t in call.inputs + outputs)
 
     def _keep_alive(self, ts: list[torch.Tensor]) -> None:
         for t in ts:
