@@ -308,8 +308,15 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
     return out
 
 
+# IRLS run to convergence of the coefficients themselves: statsmodels' default stops once the deviance
+# changes by < 1e-8, and where that lands between two iterations moved a coefficient by 1e-3 between
+# machines whose BLAS sums in another order.
+IRLS_TOL = 1e-13
+IRLS_MAX_ITER = 1000
+
+
 def _robust_fit(y: np.ndarray, x: np.ndarray) -> Any:
-    return sm.RLM(y, x, M=sm.robust.norms.HuberT()).fit()
+    return sm.RLM(y, x, M=sm.robust.norms.HuberT()).fit(conv="coefs", tol=IRLS_TOL, maxiter=IRLS_MAX_ITER)
 
 
 def usable_features(x: np.ndarray, rows_per_coef: int = ROWS_PER_COEF) -> list[int]:
@@ -625,7 +632,8 @@ def calibration_samples(raw: RawData, retrace: bool = True) -> CalibrationSample
     """Usable rows, host costs, kernel latency and regression samples of raw calibration data.
     retrace: regress on the nodes this version of the estimator derives for each benchmark (default),
     not the nodes stored when it was measured."""
-    rows = usable(raw.rows)
+    # The fit must not depend on the order rows were measured or stored in.
+    rows = sorted(usable(raw.rows), key=lambda r: (str(r.get("name")), str(r.get("timestamp")), r.get("session", 0)))
     if not rows:
         raise ProfileError("no usable calibration rows (all failed, dry-run, or without nodes)")
     retraced = 0
@@ -648,6 +656,27 @@ def calibration_samples(raw: RawData, retrace: bool = True) -> CalibrationSample
                               row_features(rows, gpu, latency, host, sync or 0.0, steps), steps)
 
 
+def calibration_provenance(meta: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where and how calibration rows were measured (estimator.profile.REQUIRED_PROVENANCE but the fit's own
+    command): the GPU, driver, CUDA, cuDNN and torch of the first session, every session's date and
+    command, and the share of the current suite (calibration.budget.suite_version) the rows measured."""
+    from .budget import suite_version
+    from .suite import all_benchmarks
+    sessions = meta.get("sessions") or [meta]
+    nvml = meta.get("nvml") or {}
+    full = {b.name for b in all_benchmarks()}
+    dates = sorted({str(s.get("started") or s.get("date") or "")[:10] for s in sessions} - {""})
+    prov = {"gpu_name": meta.get("gpu_name"), "driver_version": nvml.get("driver_version", meta.get("driver_version")),
+            "cuda_version": meta.get("torch_cuda_version", meta.get("cuda_version")),
+            "cudnn_version": meta.get("cudnn_version"), "torch_version": meta.get("torch_version"),
+            "measured_dates": f"{dates[0]}..{dates[-1]}" if dates else None,
+            "calibration_commands": [s.get("command") for s in sessions if s.get("command")],
+            "suite_version": suite_version(),
+            "suite_share": round(len({r.get("name") for r in rows} & full) / len(full), 4)}
+    prov.update({k: meta[k] for k in ("hostname", "power_limit_w", "idle_power_w") if k in meta})
+    return prov
+
+
 def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, Any]] | None = None,
                 retrace: bool = True, calibration: CalibrationSamples | None = None) -> Profile:
     """A measured Profile from raw calibration data (see calibration_samples for `retrace`; pass
@@ -661,9 +690,7 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
     idle = raw.meta.get("idle_power_w")
     power = fit_power(rows, gpu, float(idle) if isinstance(idle, (int, float)) else gpu.idle_power_w,
                       prior.power.v_min_ratio if prior.power else 0.7)
-    provenance = {k: raw.meta.get(k) for k in ("gpu_name", "driver_version", "cuda_version", "torch_version",
-                                                "date", "hostname", "command", "power_limit_w", "idle_power_w")
-                  if k in raw.meta}
+    provenance = calibration_provenance(raw.meta, rows)
     provenance.update(fitted_by=command or "gpuest fit", fitted_rows=len(rows),
                       nodes="retraced" if cal.retrace else "as stored at measurement", retraced_rows=retraced)
     profile = Profile(gpu=gpu.name, kind="measured", kernel_latency_s=latency,
@@ -701,9 +728,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     validation = None
     command = f"gpuest fit {args.raw} -o {args.out}"
-    if args.validation:
-        validation = load_validation(*args.validation)
-        command += " --validation " + " ".join(args.validation)
+    # The host probes the calibration run measured beside its rows (calibration.runner.host_probe_path).
+    probes = Path(args.raw).with_name(Path(args.raw).name + ".host.jsonl")
+    sources = list(args.validation or []) + ([str(probes)] if probes.exists() and str(probes) not in
+                                              (args.validation or []) else [])
+    if sources:
+        validation = load_validation(*sources)
+        command += " --validation " + " ".join(sources)
     if args.stored_nodes:
         command += " --stored-nodes"
     profile = fit_profile(load_raw(args.raw), command=command, validation=validation,

@@ -201,6 +201,7 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
                          gap_w=float(power["gap_w"]) if power.get("gap_w") is not None else None)
     points = {key: _residual_points(value, len(features), f"{where}: residual_points[{key!r}]")
               for key, value in data.get("residual_points", {}).items()}
+    _check_provenance(data, where)
     host = _need(data, "host_op_s", dict, where)
     if "default" not in host:
         raise ProfileError(f"{where}: host_op_s needs a 'default' entry")
@@ -215,6 +216,19 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
         provenance=data.get("provenance", {}), residual_points=points,
         **{key: _optional_seconds(data, key, where) for key in OPTIONAL_SECONDS},
     )
+
+
+# What a measured profile must say of how it was made: the GPU and software it was measured on, when, by
+# which commands, on which suite and how much of it (calibration.fit.calibration_provenance writes them).
+REQUIRED_PROVENANCE = ("gpu_name", "driver_version", "cuda_version", "cudnn_version", "torch_version",
+                       "measured_dates", "calibration_commands", "fitted_by", "suite_version", "suite_share")
+
+
+def _check_provenance(data: dict[str, Any], where: str) -> None:
+    missing = [k for k in REQUIRED_PROVENANCE if data.get("provenance", {}).get(k) in (None, "", [])]
+    if data.get("kind") == "measured" and missing:
+        raise ProfileError(f"{where}: a measured profile must record its provenance, and this one lacks "
+                           f"{', '.join(missing)}; re-fit it from its calibration data with `gpuest fit`")
 
 
 # Fitted device costs (s) a profile may lack: None means the prior's.

@@ -2,30 +2,34 @@
 from __future__ import annotations
 
 import json
+import os
+import random
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from calibration.fit import fit_profile, load_raw, load_validation
+from calibration.fit import RawData, fit_profile, load_raw, load_validation
 from estimator.profile import load_profile, shipped_profiles
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ["H100-SXM", "H200"]
 
 
-def _close(a, b, path="profile"):
-    """Equal structure; floats equal to 1e-9 relative (BLAS summation order may differ by machine)."""
+def _close(a, b, path="profile", rel=1e-6):
+    """Equal structure; floats equal to `rel` (BLAS summation order may differ by machine)."""
     if isinstance(a, dict):
         assert set(a) == set(b), f"{path}: keys differ: {set(a) ^ set(b)}"
         for k in a:
-            _close(a[k], b[k], f"{path}.{k}")
+            _close(a[k], b[k], f"{path}.{k}", rel)
     elif isinstance(a, list):
         assert len(a) == len(b), f"{path}: lengths differ"
         for i, (x, y) in enumerate(zip(a, b)):
-            _close(x, y, f"{path}[{i}]")
+            _close(x, y, f"{path}[{i}]", rel)
     elif isinstance(a, float) or isinstance(b, float):
-        assert a == pytest.approx(b, rel=1e-6, abs=1e-12), f"{path}: {a} != {b}"
+        assert a == pytest.approx(b, rel=rel, abs=1e-12), f"{path}: {a} != {b}"
     else:
         assert a == b, f"{path}: {a!r} != {b!r}"
 
@@ -53,3 +57,60 @@ def test_shipped_profiles_are_measured_and_used():
         assert prof.kind == "measured" and prof.power is not None
         assert prof.provenance["gpu_name"].startswith("NVIDIA H")
         assert prof.provenance["fitted_rows"] > 500
+
+
+def _stored_node_fit(shuffle_seed: int | None = None) -> dict:
+    """A profile fitted on every other H100 calibration row, on the nodes stored in the rows (no
+    re-trace: seconds, not minutes); rows shuffled first with `shuffle_seed`."""
+    raw = load_raw(ROOT / "data/calibration/H100-SXM.jsonl")
+    rows = list(raw.rows)[::2]
+    if shuffle_seed is not None:
+        random.Random(shuffle_seed).shuffle(rows)
+    return json.loads(json.dumps(fit_profile(RawData(raw.meta, rows), retrace=False).to_json()))
+
+
+@pytest.fixture(scope="module")
+def stored_node_fit() -> dict:
+    return _stored_node_fit()
+
+
+def test_fit_does_not_depend_on_row_order(stored_node_fit):
+    assert json.dumps(_stored_node_fit(shuffle_seed=7), sort_keys=True) == json.dumps(stored_node_fit, sort_keys=True)
+
+
+_FIT_IN_SUBPROCESS = (
+    "import json, sys; sys.path.insert(0, sys.argv[1]); from tests.test_profiles import _stored_node_fit; "
+    "print(json.dumps(_stored_node_fit()))")
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("coretype", [None, "Prescott"])
+def test_fit_does_not_depend_on_blas_kernels_or_threads(stored_node_fit, coretype, threads):
+    """OpenBLAS picks its kernels by CPU (or OPENBLAS_CORETYPE) and splits sums over threads: neither
+    may move a fitted number beyond 1e-9 (Prescott: SSE3 kernels any x86-64 runs)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS")}
+    env.update(OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads)
+    if coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
+    out = subprocess.run([sys.executable, "-c", _FIT_IN_SUBPROCESS, str(ROOT)], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    _close(json.loads(out), stored_node_fit, rel=1e-9)
+
+
+def test_shipped_profiles_record_their_provenance():
+    from estimator.profile import REQUIRED_PROVENANCE
+    for name in PROFILES:
+        prov = load_profile(ROOT / f"estimator/profiles/{name}.json").provenance
+        assert all(prov.get(k) not in (None, "", []) for k in REQUIRED_PROVENANCE), name
+        assert 0 < prov["suite_share"] <= 1 and prov["calibration_commands"][0].startswith("python3 -m calibration")
+
+
+@pytest.mark.parametrize("dropped", ["cudnn_version", "suite_version", "calibration_commands"])
+def test_a_measured_profile_without_provenance_fails_to_load(tmp_path, dropped):
+    from estimator.errors import ProfileError
+    data = json.loads((ROOT / "estimator/profiles/H100-SXM.json").read_text())
+    del data["provenance"][dropped]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match=f"lacks {dropped}.*gpuest fit"):
+        load_profile(path)
