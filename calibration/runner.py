@@ -31,7 +31,8 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from .nvml_monitor import FakePowerMonitor, NvmlUnavailableError, PowerMeasurement, PowerMonitor
-from .suite import BUSY_CALLS, Benchmark, Built, TraceSpec, _FnModule, all_benchmarks, plan
+from .budget import SUITE_BUDGET_S, SUITES, run_plan, suite_version
+from .suite import BUSY_CALLS, Benchmark, Built, TraceSpec, _FnModule, all_benchmarks
 from .timing import device_busy_ms, host_dispatch_us, input_bytes, l2_cache_bytes, rotation_for, time_op
 
 ROW_SCHEMA = "gpuest.calib-row/1"
@@ -47,6 +48,7 @@ POWER_KEYS = ("energy_j", "avg_power_w", "duration_s", "source", "sm_clock_mhz",
               "power_iters")
 POWER_CUTOFF = 0.8      # share of the wall-clock budget after which benchmarks are timed without power windows
 MIN_POWER_OP_MS = 0.02  # ops shorter than ~20 us are launch-bound: their power says little per op
+HOST_PROBE_RESERVE_S = 40.0  # the host probes' share of a run's budget (8 small steps, each with a power window)
 
 
 class CalibrationError(RuntimeError):
@@ -251,7 +253,7 @@ def _provenance(device: torch.device, monitor: Any | None, *, dry_run: bool, com
         "hostname": socket.gethostname(), "python": platform.python_version(), "torch_version": torch.__version__,
         "torch_cuda_version": torch.version.cuda, "cudnn_version": torch.backends.cudnn.version()
         if torch.backends.cudnn.is_available() else None,
-        "command": command, "budget_s": budget_s, "dry_run": dry_run, "device": str(device),
+        "command": command, "budget_s": budget_s if math.isfinite(budget_s) else None, "dry_run": dry_run, "device": str(device),
         "planned_benchmarks": n_planned, "planned_power_windows": n_power, "estimated_duration_s": round(est_s, 1),
         "idle_power_w": idle_w, "nvml": None, "gpu_name": None, "catalog_gpu": None,
     }
@@ -361,15 +363,18 @@ class _Progress:
 
 # ---------------------------------------------------------------- the suite
 
-def run_suite(out_path: str | os.PathLike[str], *, budget_s: float = 300, resume: bool = False,
-              dry_run: bool = False, categories: Sequence[str] | None = None, power: bool = True,
-              progress: bool = True, seed: int = 0, command: str | None = None,
+def run_suite(out_path: str | os.PathLike[str], *, suite: str = "quick", budget_s: float | None = None,
+              resume: bool = False, dry_run: bool = False, categories: Sequence[str] | None = None,
+              power: bool = True, progress: bool = True, seed: int = 0, command: str | None = None,
               monitor_factory: Callable[[], Any] | None = None, window_s: float | None = None,
-              on_row: Callable[[dict[str, Any]], None] | None = None) -> Path:
+              on_row: Callable[[dict[str, Any]], None] | None = None, host_probes: bool | None = None) -> Path:
     """Run the calibration suite, appending one JSON row per benchmark to `out_path`; returns the path.
 
-    budget_s: wall-clock budget in seconds; the grid is trimmed deterministically to fit it, power
-    windows stop at POWER_CUTOFF of it, and the run stops at it (rerun with resume to finish).
+    suite: "quick" (the default: what fits 5 minutes on an H100) or "full" (calibration.budget.run_plan).
+    budget_s: wall-clock budget in seconds instead of the suite's; the grid is trimmed deterministically to
+    fit it, power windows stop at POWER_CUTOFF of it, and the run stops at it (rerun with resume to finish).
+    host_probes: then measure the host-bound whole-model steps of calibration.validation_set.host_set into
+    `<out>.host.jsonl`, which `gpuest fit` reads for the host costs (default: unless `categories` is given).
     resume: skip benchmarks already in the file and append; without it a non-empty file is an error.
     dry_run: CPU, tiny sizes, fake power monitor (CI only; rows are marked and unusable for fitting).
     categories: only these estimator cost categories (e.g. ["matmul", "conv"]).
@@ -407,10 +412,12 @@ def run_suite(out_path: str | os.PathLike[str], *, budget_s: float = 300, resume
                           RuntimeWarning, stacklevel=2)
             monitor = None
 
-    benchmarks = all_benchmarks(categories)
     done = set(existing)
-    the_plan = plan(benchmarks, budget_s, power=monitor is not None, fixed_s=1.0 if dry_run else 20.0,
-                    window_s=window_s, dry_run=dry_run)
+    the_plan = run_plan(suite, budget_s, categories, power=monitor is not None, window_s=window_s, dry_run=dry_run)
+    if budget_s is None:
+        budget_s = SUITE_BUDGET_S.get(suite, math.inf)
+    probing = host_probes if host_probes is not None else categories is None
+    stop_s = budget_s - (HOST_PROBE_RESERVE_S if probing and not dry_run else 0.0)
     todo = [b for b in the_plan.benchmarks if b.name not in done]
     session = len(meta["sessions"])
     if meta["sessions"] and not dry_run:
@@ -427,7 +434,8 @@ def run_suite(out_path: str | os.PathLike[str], *, budget_s: float = 300, resume
                        idle_w=idle_w, n_planned=len(the_plan.benchmarks), n_power=len(the_plan.power),
                        est_s=the_plan.est_s)
     info.update(skipped_existing=len(the_plan.benchmarks) - len(todo), trimmed_by_budget=the_plan.dropped,
-                categories=list(categories) if categories else "all", power=monitor is not None)
+                categories=list(categories) if categories else "all", power=monitor is not None,
+                suite=suite, suite_version=suite_version(), suite_benchmarks=[b.name for b in the_plan.benchmarks])
     meta["sessions"].append(info)
     _write_meta(out, meta)
 
@@ -443,14 +451,14 @@ def run_suite(out_path: str | os.PathLike[str], *, budget_s: float = 300, resume
         with open(out, "a", encoding="utf-8") as fh:
             for b in todo:
                 elapsed = time.perf_counter() - t0
-                if elapsed > budget_s and not dry_run:
+                if elapsed > stop_s and not dry_run:
                     warnings.warn(f"stopping after {elapsed:.0f} s (budget {budget_s:.0f} s); "
                                   f"{len(todo) - summary['rows']} benchmarks left: rerun with --resume to finish",
                                   RuntimeWarning, stacklevel=2)
                     summary["stopped_over_budget"] = True
                     break
                 # Near the budget: no more power windows, time only, so the run ends on time.
-                over = elapsed > POWER_CUTOFF * budget_s
+                over = elapsed > POWER_CUTOFF * stop_s
                 row = run_benchmark(b, device=device, monitor=monitor,
                                     power=b.name in the_plan.power and not over,
                                     window_s=window_s, seed=seed, dry_run=dry_run, session=session, l2_bytes=l2)
@@ -469,9 +477,59 @@ def run_suite(out_path: str | os.PathLike[str], *, budget_s: float = 300, resume
         _write_meta(out, meta)
         if monitor is not None:
             monitor.close()
+    if probing:
+        summary["host_probes"] = _run_host_probes(out, dry_run)
+        _write_meta(out, meta)
+    coverage = suite_coverage(out)
+    info["coverage"] = coverage
+    _write_meta(out, meta)
     if progress:
-        sys.stderr.write(format_summary(summary) + "\n")
+        sys.stderr.write(format_summary(summary) + "\n" + format_coverage(coverage) + "\n")
     return out
+
+
+def host_probe_path(out_path: Path) -> Path:
+    """Where a calibration run writes its host-bound whole-model steps (read by `gpuest fit`)."""
+    return out_path.with_name(out_path.name + ".host.jsonl")
+
+
+def _run_host_probes(out_path: Path, dry_run: bool) -> int:
+    """Measure the host probes (calibration.validation_set.host_set; tiny CPU configs in a dry run);
+    returns how many rows the file holds."""
+    from .validate import run_validation, read_rows
+    from .validation_set import get_set
+    path = host_probe_path(out_path)
+    run_validation(get_set("dry" if dry_run else "host"), path, dry_run=dry_run, window_s=0.05 if dry_run else 0.6,
+                   set_name="host", log=None)
+    return len(read_rows(path))
+
+
+def suite_coverage(out_path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What a calibration file holds of the suites it planned: benchmarks measured without error, of
+    those its sessions planned, and of the full suite (by name; the suite's current version)."""
+    out_path = Path(out_path)
+    meta = _load_meta(out_path)
+    planned = {n for s in meta["sessions"] for n in s.get("suite_benchmarks", [])}
+    measured = set()
+    for line in out_path.read_text().splitlines() if out_path.exists() else []:
+        row = json.loads(line)
+        if not row.get("error") and row.get("time_ms_median"):
+            measured.add(row["name"])
+    full = {b.name for b in all_benchmarks()}
+    names = [s.get("suite") for s in meta["sessions"] if s.get("suite")]
+    return {"suite": names[0] if names and len(set(names)) == 1 else "+".join(sorted(set(names))) or None,
+            "suite_version": suite_version(), "planned": len(planned), "measured_of_planned": len(measured & planned),
+            "full_suite": len(full), "measured_of_full": len(measured & full),
+            "share_of_planned": len(measured & planned) / len(planned) if planned else None,
+            "share_of_full": len(measured & full) / len(full)}
+
+
+def format_coverage(c: dict[str, Any]) -> str:
+    """One line: the share of the planned suite and of the full suite measured."""
+    planned = (f"{c['measured_of_planned']} of the {c['planned']} benchmarks of suite '{c['suite']}' "
+               f"({100 * c['share_of_planned']:.0f} %)") if c["planned"] else "no planned suite recorded"
+    return (f"measured {planned}; {c['measured_of_full']} of the full suite's {c['full_suite']} "
+            f"({100 * c['share_of_full']:.0f} %, suite version {c['suite_version']})")
 
 
 def _count(summary: dict[str, Any], row: dict[str, Any]) -> None:
@@ -504,7 +562,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point: `python3 -m calibration.runner --out PATH [...]`."""
     p = argparse.ArgumentParser(prog="python3 -m calibration.runner", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="JSONL file to write (provenance goes to <out>.meta.json)")
-    p.add_argument("--budget-s", type=float, default=300.0, help="wall-clock budget in seconds (default 300)")
+    p.add_argument("--suite", default="quick", choices=SUITES,
+                   help="quick (default: what fits 5 minutes on an H100) or full (every benchmark)")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="wall-clock budget in seconds instead of the suite's: the longest prefix of the priority "
+                        "order that fits (a longer budget adds shapes, never drops a category)")
+    p.add_argument("--no-host-probes", action="store_true", help="skip the host-bound whole-model steps")
     p.add_argument("--resume", action="store_true", help="append to an existing file, skipping finished benchmarks")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes, fake power: tests the pipeline only")
     p.add_argument("--categories", default=None, help="comma-separated cost categories, e.g. matmul,conv")
@@ -517,7 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     cats = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     if args.list:
-        pl = plan(all_benchmarks(cats), args.budget_s, power=not args.no_power)
+        pl = run_plan(args.suite, args.budget_s, cats, power=not args.no_power)
         for b in pl.benchmarks:
             print(f"{b.category:12s} {b.kind:13s} {'H' if b.holdout else ' '} {'P' if b.name in pl.power else ' '} "
                   f"{b.est_ms:9.4f} ms  {b.name}")
@@ -529,8 +592,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             redo = [c.strip() for c in args.redo.split(",") if c.strip()]
             print(f"{supersede(args.out, redo)} rows of {', '.join(redo)} moved to {superseded_path(Path(args.out))}")
             args.resume = True
-        run_suite(args.out, budget_s=args.budget_s, resume=args.resume, dry_run=args.dry_run, categories=cats,
-                  power=not args.no_power, progress=not args.no_progress,
+        run_suite(args.out, suite=args.suite, budget_s=args.budget_s, resume=args.resume, dry_run=args.dry_run,
+                  categories=cats, power=not args.no_power, progress=not args.no_progress,
+                  host_probes=False if args.no_host_probes else None,
                   command=" ".join(["python3", "-m", "calibration.runner", *(argv if argv is not None else sys.argv[1:])]))
     except CalibrationError as exc:
         print(f"error: {exc}", file=sys.stderr)

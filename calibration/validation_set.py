@@ -159,7 +159,26 @@ def dry_set() -> list[ValidationConfig]:
     ]
 
 
-SETS = {"quick": quick_set, "full": full_set, "dry": dry_set}
+# Host-bound steps of fitted models that `gpuest calibrate` runs after its micro-benchmarks, so a profile
+# has measured host costs (per phase, per module call, under autocast) without `gpuest validate` runs:
+# batch 1, inference and training, fp32 and autocast, a CNN, a transformer encoder and an RNN.
+HOST_PROBES = (("resnet18", "inference", "fp32"), ("resnet18", "training", "fp32"),
+               ("resnet18", "inference", "bf16-mixed"), ("resnet18", "training", "bf16-mixed"),
+               ("hf:bert-base-uncased", "inference", "fp32"), ("hf:bert-base-uncased", "training", "bf16-mixed"),
+               ("lstm", "training", "fp32"), ("convnext_tiny", "inference", "bf16-mixed"))
+
+
+def host_set() -> list[ValidationConfig]:
+    """The host probes (HOST_PROBES) at each model's small batch; none of a held-out model."""
+    out = []
+    for spec, mode, precision in HOST_PROBES:
+        m = MODEL_INDEX[spec]
+        assert not m.heldout, f"host probe {spec} is a held-out model"
+        out.append(_config(m, "small", mode, precision))
+    return out
+
+
+SETS = {"quick": quick_set, "full": full_set, "dry": dry_set, "host": host_set}
 
 
 def get_set(name: str) -> list[ValidationConfig]:

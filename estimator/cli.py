@@ -110,7 +110,8 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from calibration.runner import run_suite
-    out = run_suite(args.out, budget_s=args.budget_s, resume=args.resume, dry_run=args.dry_run)
+    out = run_suite(args.out, suite=args.suite, budget_s=args.budget_s, resume=args.resume, dry_run=args.dry_run,
+                    command="gpuest calibrate " + " ".join(args.argv))
     print(f"wrote {out}; fit it with: gpuest fit {out} -o profile.json")
     return 0
 
@@ -196,7 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("gpus", cmd_gpus, "list the GPU catalogue", model=False)
     p = add("calibrate", cmd_calibrate, "measure this machine's GPU (micro-benchmarks + NVML)", model=False)
     p.add_argument("--out", default="calibration.jsonl")
-    p.add_argument("--budget-s", type=float, default=300.0)
+    p.add_argument("--suite", default="quick", choices=["quick", "full"],
+                   help="quick (default: fits 5 minutes on an H100) or full (every benchmark, ~25 minutes)")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="seconds instead of the suite's: more adds shapes, never drops a category")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--dry-run", action="store_true", help="exercise the suite on the CPU with tiny sizes")
     p = add("fit", cmd_fit, "fit a profile from raw calibration rows", model=False)
@@ -226,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(argv if argv is not None else sys.argv[1:])[1:]   # the subcommand's own words
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")

@@ -10,8 +10,9 @@ import pytest
 
 from calibration import nvml_monitor
 from calibration.nvml_monitor import NvmlUnavailableError, PowerMonitor, decode_throttle_reasons
-from calibration.runner import ROW_SCHEMA, CalibrationError, meta_path, run_suite
-from calibration.suite import all_benchmarks, plan
+from calibration.runner import ROW_SCHEMA, CalibrationError, host_probe_path, meta_path, run_suite
+from calibration.budget import plan
+from calibration.suite import all_benchmarks
 from estimator.annotate.registry import CATEGORIES
 
 BUDGET = 3.0  # seconds of dry run: a stratified prefix of the grid, at least one benchmark per category
@@ -88,6 +89,11 @@ def _monitor_factory(module):
 def test_dry_run_covers_every_category_with_annotated_nodes(tmp_path: Path) -> None:
     out = run_suite(tmp_path / "c.jsonl", budget_s=BUDGET, dry_run=True, progress=False)
     rows = _rows(out)
+    # ... then the host probes, and the run says what share of its suite and of the full suite it measured
+    assert [r["status"] for r in _rows(host_probe_path(out))] == ["ok"] * 3
+    coverage = _session(out)["coverage"]
+    assert coverage["measured_of_planned"] == coverage["planned"] == len(rows)
+    assert coverage["measured_of_full"] == len(rows) < coverage["full_suite"] == len(all_benchmarks())
     assert rows and all(r["schema"] == ROW_SCHEMA and r["dry_run"] for r in rows)
     assert all(r["error"] is None for r in rows), [(r["name"], r["error"]) for r in rows if r["error"]]
     assert all(r["trace_error"] is None for r in rows), [(r["name"], r["trace_error"]) for r in rows]
@@ -151,10 +157,10 @@ def test_resume_after_interrupt(tmp_path: Path) -> None:
         if len(seen) == k:
             raise Interrupt
     with pytest.raises(Interrupt):
-        run_suite(path, budget_s=BUDGET, dry_run=True, progress=False, on_row=stop_after_k)
+        run_suite(path, budget_s=BUDGET, dry_run=True, progress=False, on_row=stop_after_k, host_probes=False)
     first = path.read_bytes()
     assert len(first.splitlines()) == k
-    run_suite(path, budget_s=BUDGET, dry_run=True, progress=False, resume=True)
+    run_suite(path, budget_s=BUDGET, dry_run=True, progress=False, resume=True, host_probes=False)
     full = path.read_bytes()
     assert full.startswith(first)
     names = [r["name"] for r in _rows(path)]
