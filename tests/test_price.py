@@ -810,3 +810,19 @@ def test_lookups_of_short_rows_are_priced_by_rows_not_bytes():
                                      "bytes_written": float(table.bytes_written[0]), "row_count": 262144,
                                      "row_len": 128}])
     assert device_times(plain, gpu, 1980, prior_profile())[0].features[0, col] == 0
+
+
+def test_a_gpu_name_or_alias_as_profile_prices_with_that_gpus_shipped_profile(big_matmul):
+    """profile="H100" means the H100's shipped calibration, not a file named H100."""
+    from estimator.errors import ProfileError
+    by_alias = estimator.estimate(big_matmul, gpu="H100", profile="H100")
+    assert by_alias.profile_source == "measured" and by_alias.time_s == estimator.estimate(big_matmul, gpu="H100").time_s
+    moved = estimator.estimate(big_matmul, gpu="A100", profile="H100")
+    assert moved.profile_source == "transferred" and "H100-SXM" in moved.profile_note
+    with pytest.raises(ProfileError, match="accepted: a profile JSON path, 'prior', 'roofline'"):
+        estimator.estimate(big_matmul, gpu="H100", profile="not-a-gpu")
+
+
+def test_export_is_on_the_package_face(big_matmul, tmp_path):
+    path = estimator.export(estimator.estimate(big_matmul, gpu="H100"), tmp_path / "e.json")
+    assert "export" in estimator.__all__ and path.exists() and path.stat().st_size > 0

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..catalog import GPUSpec, get_gpu
+from ..errors import ProfileError
 from ..profile import Profile, ResidualFit, load_profile, prior_profile, shipped_profiles
 
 ARCH_ORDER = ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
@@ -35,14 +36,35 @@ def _arch_distance(a: GPUSpec, b: GPUSpec) -> tuple[int, float]:
     return abs(ia - ib), abs(a.memory_bandwidth_gb_s - b.memory_bandwidth_gb_s)
 
 
+def _shipped_by_name(name: str) -> Profile | None:
+    """The shipped profile of the GPU a catalogue name or alias names ("H100" -> H100-SXM); None where `name`
+    is no catalogued GPU or that GPU has no shipped profile."""
+    from ..errors import UnknownGPUError
+    try:
+        return shipped_profiles().get(get_gpu(name).name)
+    except UnknownGPUError:
+        return None
+
+
 def choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) -> ProfileChoice:
-    """profile: None (automatic), a Profile, a path to a profile JSON, "prior" or "roofline"."""
+    """profile: None (automatic), a Profile, a path to a profile JSON, "prior", "roofline", or a catalogue
+    GPU name or alias with a shipped profile ("H100": price with the H100's calibration). An existing file
+    of that name stays a path."""
     if isinstance(profile, Profile):
         return ProfileChoice(profile, "user", f"user profile for {profile.gpu}")
     if profile == "roofline":
         return ProfileChoice(roofline_profile(), "roofline", "plain roofline with catalogue peaks (no calibration)")
     if profile == "prior":
         return ProfileChoice(prior_profile(), "prior", "prior assumptions (no calibration)")
+    if isinstance(profile, str) and not Path(profile).exists():
+        named = _shipped_by_name(profile)
+        if named is None:
+            raise ProfileError(f"profile {profile!r} is neither a profile file nor a GPU with a shipped profile; "
+                               f"accepted: a profile JSON path, 'prior', 'roofline', or one of "
+                               f"{', '.join(sorted(shipped_profiles()))} (or their aliases)")
+        note = "" if named.gpu == gpu.name else f" (transferred to {gpu.name})"
+        return ProfileChoice(named, "measured" if named.gpu == gpu.name else "transferred",
+                             f"calibrated profile of {named.gpu}{note}")
     if profile is not None:
         loaded = load_profile(profile)
         return ProfileChoice(loaded, "user", f"profile {profile}")
