@@ -6,6 +6,8 @@ For each measured row (status ok) the same config is traced on the CPU (meta mod
 priced on the row's GPU with:
   calibrated  profile=None: the GPU's own calibrated profile (else gpuest's automatic choice, which
               the report names: transferred or prior)
+  fresh       with --fresh GPU=PROFILE: the profile a fresh default calibration of that GPU gave (rows of
+              that GPU only), set against the shipped one
   cross_gpu   the profile of the sibling GPU (H200 rows with the H100 profile and vice versa), when
               that profile exists in estimator/profiles/
   roofline    profile="roofline": plain roofline with catalogue peaks (baseline)
@@ -30,7 +32,10 @@ import pandas as pd
 
 from ..jsonl import read_jsonl
 
-PREDICTORS = ("calibrated", "cross_gpu", "roofline", "prior")
+PREDICTORS = ("calibrated", "fresh", "cross_gpu", "roofline", "prior")
+# A fresh default calibration (gpuest calibrate, then gpuest fit of that file alone) must price the
+# GPU-bound configs of its GPU within this many percentage points of the shipped profile's MAPE.
+FRESH_MARGIN_PP = 1.0
 # quantity -> (measured field, Estimate attribute, label)
 QUANTITIES = {
     "device_time": ("device_busy_s", "device_time_s", "device-busy time / iteration"),
@@ -186,11 +191,13 @@ def ops_as_profiled(per_node: pd.DataFrame) -> list[tuple[str, float]]:
     return ops
 
 
-def predict_rows(rows: list[dict[str, Any]], *, jobs: int = 1,
-                 cross: dict[str, tuple[str, str]] | None = None) -> tuple[pd.DataFrame, dict[int, list]]:
+def predict_rows(rows: list[dict[str, Any]], *, jobs: int = 1, cross: dict[str, tuple[str, str]] | None = None,
+                 fresh: dict[str, str] | None = None) -> tuple[pd.DataFrame, dict[int, list]]:
     """One record per (row, predictor) with measured and predicted values; per-node predictions
-    (calibrated profile) for rows that carry per-op measurements."""
+    (calibrated profile) for rows that carry per-op measurements. fresh: GPU -> profile path of the
+    "fresh" predictor."""
     cross = cross_profiles() if cross is None else cross
+    fresh = fresh or {}
     groups: dict[tuple, list] = defaultdict(list)
     for i, row in enumerate(rows):
         gpu = row["gpu_canonical"]
@@ -201,6 +208,8 @@ def predict_rows(rows: list[dict[str, Any]], *, jobs: int = 1,
         groups[tk].append((i, gpu, "prior", "prior", False))
         if gpu in cross:
             groups[tk].append((i, gpu, "cross_gpu", cross[gpu][1], False))
+        if gpu in fresh:
+            groups[tk].append((i, gpu, "fresh", fresh[gpu], False))
     results = []
     if jobs > 1 and len(groups) > 1:
         from concurrent.futures import ProcessPoolExecutor
@@ -387,6 +396,37 @@ def _si_time(s: float | None) -> str:
     return f"{s * 1e3:.3f} ms"
 
 
+def fresh_comparison(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per GPU with a fresh profile: GPU-bound device-time MAPE of the shipped (calibrated) and the fresh
+    profile over the same configs, and whether the fresh one is within FRESH_MARGIN_PP."""
+    if not len(df) or "fresh" not in set(df["predictor"]):
+        return []
+    out = []
+    ok = df[df["error"].isna() & df["gpu_bound"]]
+    for gpu in sorted(set(ok.loc[ok["predictor"] == "fresh", "gpu"])):
+        both = ok[ok["gpu"] == gpu].pivot_table(index="key", columns="predictor", values="ape_device_time")
+        both = both[["calibrated", "fresh"]].dropna()
+        shipped, fresh = float(both["calibrated"].mean()), float(both["fresh"].mean())
+        out.append({"gpu": gpu, "n": len(both), "shipped_mape": shipped, "fresh_mape": fresh,
+                    "met": fresh <= shipped + FRESH_MARGIN_PP})
+    return out
+
+
+def fresh_markdown(df: pd.DataFrame) -> list[str]:
+    rows = fresh_comparison(df)
+    if not rows:
+        return []
+    table = [[r["gpu"], r["n"], _pct(r["shipped_mape"]), _pct(r["fresh_mape"]),
+              f"{r['fresh_mape'] - r['shipped_mape']:+.1f} pp", "**met**" if r["met"] else "**not met**"]
+             for r in rows]
+    return ["## A fresh 5-minute calibration against the shipped profile", "",
+            "`fresh`: the profile `gpuest fit` made of one default `gpuest calibrate` run (its micro-benchmarks and "
+            "host probes alone), pricing the same configs as the shipped profile. Aim: GPU-bound device-time MAPE "
+            f"within {FRESH_MARGIN_PP:g} percentage point of the shipped profile's.", "",
+            _md_table(["GPU", "GPU-bound configs", "shipped profile MAPE", "fresh profile MAPE", "difference",
+                       "status"], table), ""]
+
+
 def render_markdown(*, metrics: dict[str, Any], aims: list[dict[str, Any]], df: pd.DataFrame,
                     rows: list[dict[str, Any]], skipped: list[dict[str, Any]], per_op: list[dict[str, Any]],
                     result_files: list[Path], out_md: Path, png: Path | None, command: str,
@@ -477,6 +517,7 @@ def render_markdown(*, metrics: dict[str, Any], aims: list[dict[str, Any]], df: 
     L.append("Baselines: `roofline` is a plain roofline with catalogue peaks (no calibration, no launch or host "
              "cost); `prior` is gpuest's uncalibrated prior.")
     L.append("")
+    L.extend(fresh_markdown(df))
 
     for predictor in ("calibrated", "cross_gpu"):
         e = metrics.get(predictor)
@@ -641,13 +682,15 @@ def op_holdout_markdown() -> str:
 # ================================================================== entry points
 
 def build_report(result_files: list[Path], out_md: Path, *, png: Path | None = None, jobs: int = 1,
-                 command: str | None = None, cross: dict[str, tuple[str, str]] | None = None) -> dict[str, Any]:
-    """Predict every measured row, write the markdown report (and the scatter PNG); return the metrics."""
+                 command: str | None = None, cross: dict[str, tuple[str, str]] | None = None,
+                 fresh: dict[str, str] | None = None) -> dict[str, Any]:
+    """Predict every measured row, write the markdown report (and the scatter PNG); return the metrics.
+    fresh: GPU -> path of a profile from a fresh default calibration, set against the shipped one."""
     result_files = [Path(f) for f in result_files]
     out_md = Path(out_md)
     rows, skipped = load_results(result_files)
     cross = cross_profiles() if cross is None else cross
-    df, nodes = predict_rows(rows, jobs=jobs, cross=cross) if rows else (pd.DataFrame(), {})
+    df, nodes = predict_rows(rows, jobs=jobs, cross=cross, fresh=fresh) if rows else (pd.DataFrame(), {})
     if len(df):
         for rec in df[df["error"].notna() & (df["predictor"] == "calibrated")].itertuples(index=False):
             skipped.append({"key": rec.key, "gpu": rec.gpu, "reason": f"prediction failed: {rec.error}"})
@@ -671,7 +714,7 @@ def build_report(result_files: list[Path], out_md: Path, *, png: Path | None = N
         "source_files": [str(f) for f in result_files], "n_rows": len(rows), "skipped": skipped,
         "predictors": metrics, "aims": aims, "per_op": per_op,
         "gpu_bound_fraction": GPU_BOUND_FRACTION, "cross_gpu": {k: list(v) for k, v in cross.items()},
-        "records": df.to_dict(orient="records") if len(df) else [],
+        "records": df.to_dict(orient="records") if len(df) else [], "fresh": fresh_comparison(df),
     }
 
 
@@ -684,18 +727,31 @@ def main(argv: list[str] | None = None) -> int:
                    help="scatter plot (default: next to the report, <report stem>.png; 'none' to skip)")
     p.add_argument("--json", type=Path, default=None, help="also write the metrics as JSON")
     p.add_argument("--jobs", "-j", type=int, default=1, help="parallel trace/predict processes")
+    p.add_argument("--fresh", action="append", default=[], metavar="GPU=PROFILE",
+                   help="also price that GPU's rows with the profile of a fresh default calibration")
     args = p.parse_args(argv)
+    fresh = {}
+    for item in args.fresh:
+        gpu, sep, path = item.partition("=")
+        if not sep or not Path(path).exists():
+            p.error(f"--fresh takes GPU=PROFILE with an existing profile file, got {item!r}")
+        from ..catalog import get_gpu
+        fresh[get_gpu(gpu).name] = path
     png = args.png if args.png is not None else args.out.with_suffix(".png")
     if str(png).lower() == "none":
         png = None
     command = ("python3 -m estimator.report.accuracy " + " ".join(str(f) for f in args.results)
-               + f" -o {args.out}" + (f" --png {png}" if args.png is not None and png is not None else ""))
-    metrics = build_report(args.results, args.out, png=png, jobs=args.jobs, command=command)
+               + f" -o {args.out}" + (f" --png {png}" if args.png is not None and png is not None else "")
+               + "".join(f" --fresh {item}" for item in args.fresh))
+    metrics = build_report(args.results, args.out, png=png, jobs=args.jobs, command=command, fresh=fresh)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({k: v for k, v in metrics.items() if k != "records"}, indent=2,
                                         default=str))
     print(f"wrote {args.out}" + (f" and {png}" if png else "") + f" ({metrics['n_rows']} rows)")
+    for r in metrics["fresh"]:
+        print(f"  fresh {r['gpu']} profile: GPU-bound device time {_pct(r['fresh_mape'])} against the shipped "
+              f"{_pct(r['shipped_mape'])} (n={r['n']}): {'met' if r['met'] else 'NOT met'}")
     for a in metrics["aims"]:
         status = "no data" if a["met"] is None else ("met" if a["met"] else "NOT met")
         print(f"  {a['aim']} [{a['scope']}]: {_pct(a['mape_pct'])} (target <= {a['target_pct']:g} %, "
