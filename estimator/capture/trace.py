@@ -84,9 +84,11 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
     try:
         model.train(training)
         with fake_mode:
-            # Tied parameters (shared embeddings) must stay one tensor: one fake per parameter object.
+            # Tied parameters (shared embeddings) must stay one tensor: one fake per parameter object. They
+            # require grad as the model's do, in inference too: autocast then keeps each weight's cast until
+            # the autocast region ends (its cache takes leaves that require grad, whatever the grad mode).
             fakes: dict[int, torch.Tensor] = {}
-            params = {n: fakes.setdefault(id(p), _fake_like(p, weight_dtype, training and p.requires_grad))
+            params = {n: fakes.setdefault(id(p), _fake_like(p, weight_dtype, p.requires_grad))
                       for n, p in model.named_parameters(remove_duplicate=False)}
             buffers = {n: _fake_like(b, weight_dtype if weight_dtype and b.is_floating_point() else None)
                        for n, b in model.named_buffers(remove_duplicate=False)}
