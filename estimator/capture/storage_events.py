@@ -13,6 +13,7 @@ from typing import Callable, Iterable
 import torch
 
 PERSISTENT_KINDS = ("weights", "inputs", "optimizer_state")
+HOST = "host"   # tensors the real program keeps in host memory: tracked so their uses allocate nothing
 
 
 def _storage(t: torch.Tensor) -> torch.UntypedStorage | None:
@@ -49,15 +50,16 @@ class StorageEvents:
         return sid, True
 
     def add_persistent(self, ts: Iterable[torch.Tensor], kind: str) -> None:
-        """Storages alive before the step starts (parameters, buffers, inputs, optimizer state)."""
-        if kind not in PERSISTENT_KINDS:
-            raise ValueError(f"unknown persistent kind {kind!r}; accepted: {', '.join(PERSISTENT_KINDS)}")
+        """Storages alive before the step starts (parameters, buffers, inputs, optimizer state), or with kind
+        HOST, ones that live in host memory in the real program."""
+        if kind not in PERSISTENT_KINDS + (HOST,):
+            raise ValueError(f"unknown persistent kind {kind!r}; accepted: {', '.join(PERSISTENT_KINDS + (HOST,))}")
         for t in ts:
             st = _storage(t)
             if st is None:
                 continue
             sid, new = self._track(st)
-            if new:
+            if new and kind != HOST:
                 self.persistent.append((sid, int(st.nbytes()), kind))
 
     def touch(self, ts: Iterable[torch.Tensor], events: list[str]) -> None:

@@ -15,6 +15,7 @@ from torch.utils.module_tracker import ModuleTracker
 from ..annotate.math_mode import TF32Policy
 from ..errors import TraceError
 from .recorder import CudaFunctionPaths, OpRecorder
+from .storage_events import HOST
 
 MODES = ("inference", "training")
 PRECISIONS = {
@@ -161,9 +162,10 @@ def _register_persistent(recorder: OpRecorder, params: dict[str, torch.Tensor], 
     recorder.storages.add_persistent([*params.values(), *buffers.values()], "weights")
     recorder.storages.add_persistent([t for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)], "inputs")
     if opt is not None:
+        state = [t for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+        recorder.storages.add_persistent([t for t in state if t.dim() > 0], "optimizer_state")
         # 0-dim state (Adam's step counts) lives on the host unless the optimizer is capturable or fused.
-        state = [t for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor) and t.dim() > 0]
-        recorder.storages.add_persistent(state, "optimizer_state")
+        recorder.storages.add_persistent([t for t in state if t.dim() == 0], HOST)
 
 
 def _make_optimizer(params: dict[str, torch.Tensor], name: str | None) -> torch.optim.Optimizer | None:

@@ -149,3 +149,34 @@ class CachingAllocator:
         pool = self._free[block.small]
         del pool[bisect.bisect_left(pool, (block.size, block.addr))]
         del self._blocks[block.addr]
+
+
+@dataclass
+class ExactCounter:
+    """Live bytes as asked for, with no rounding and no cache: what a fake-tensor memory tracker counts."""
+
+    capacity_bytes: float | None = None
+    allocated_bytes: int = 0
+    peak_allocated_bytes: int = 0
+    _live: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self.allocated_bytes
+
+    @property
+    def peak_reserved_bytes(self) -> int:
+        return self.peak_allocated_bytes
+
+    def malloc(self, key: int, nbytes: int) -> int:
+        """Count `nbytes` for `key`; returns them."""
+        self._live[key] = int(nbytes)
+        self.allocated_bytes += int(nbytes)
+        self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
+        return int(nbytes)
+
+    def free(self, key: int) -> None:
+        self.allocated_bytes -= self._live.pop(key, 0)
+
+    def reset_peak(self) -> None:
+        self.peak_allocated_bytes = self.allocated_bytes

@@ -18,7 +18,7 @@ import networkx as nx
 
 from ..catalog import GPUSpec
 from ..errors import GraphNotAnnotatedError
-from .allocator import CachingAllocator, SimulatedOOM
+from .allocator import CachingAllocator, ExactCounter, SimulatedOOM
 from .workspace import CUBLAS_CATEGORIES, library_workspaces
 
 WARMUP_STEPS = 2   # steps replayed before the measured one, so the allocator's cache is in its steady state
@@ -99,10 +99,12 @@ class _Replay:
     peak_reserved_bytes: int
 
 
-def _replay(program: _Program, workspaces: list[tuple[str, int]], capacity: float | None) -> _Replay:
+def _replay(program: _Program, workspaces: list[tuple[str, int]], capacity: float | None,
+            exact: bool = False) -> _Replay:
     """Run WARMUP_STEPS + 1 steps through a caching allocator of `capacity` bytes (SimulatedOOM if it
-    cannot hold them); the peak and its breakdown are the last step's."""
-    alloc = CachingAllocator(capacity)
+    cannot hold them), or with `exact` through a plain byte count; the peak and its breakdown are the
+    last step's."""
+    alloc: CachingAllocator | ExactCounter = ExactCounter() if exact else CachingAllocator(capacity)
     kinds: Counter[str] = Counter()
     owned: dict[Any, tuple[str, int]] = {}
 
@@ -147,6 +149,13 @@ def _replay(program: _Program, workspaces: list[tuple[str, int]], capacity: floa
             free(key)        # anything else the step left dies with its locals
     breakdown = {k: int(best.get(k, 0)) for k in KINDS}
     return _Replay(alloc.peak_allocated_bytes, breakdown, alloc.peak_reserved_bytes)
+
+
+def live_storage_peak_bytes(graph: nx.DiGraph) -> tuple[int, dict[str, int]]:
+    """Peak of the bytes of live storages over the step, and its breakdown, with no allocator rounding and
+    no library workspace: the quantity fake-tensor trackers such as torch's MemTracker report."""
+    replay = _replay(_program(graph), [], None, exact=True)
+    return replay.peak_bytes, replay.breakdown
 
 
 def capacity_bytes(gpu: GPUSpec) -> float:
