@@ -208,3 +208,24 @@ def test_cli_memory_prints_the_peak_and_verdict(capsys):
 def test_cli_memory_rejects_bad_input(capsys, argv, message):
     assert cli_main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------ accuracy report
+
+def test_memory_accuracy_report_scores_peaks_and_verdicts(tmp_path):
+    from estimator.report.memory_accuracy import main as report_main
+    from estimator.price.estimate import as_graph
+    predicted = memory_estimate(as_graph("resnet18", batch=1, mode="inference"), get_gpu("H100")).peak_bytes
+    prov = {"gpu_name": "NVIDIA H100 80GB HBM3", "torch": "2.11", "date": "today"}
+    base = {"schema": "gpuest.memory/1", "model": "resnet18", "batch": 1, "mode": "inference", "precision": "fp32",
+            "optimizer": "adamw", "seq": None, "image_size": None, "intent": "typical", "provenance": prov}
+    rows = [{**base, "key": "ran", "oom": False, "error": None, "max_allocated_bytes": round(predicted / 1.1),
+             "max_reserved_bytes": predicted, "context_bytes": 5e8},
+            {**base, "key": "oom", "oom": True, "oom_stage": "step", "error": "CUDA out of memory"}]
+    data = tmp_path / "m.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "MEMORY.md"
+    assert report_main([str(data), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "MAPE 10.00 %" in text and "right on 1 of 2 configs" in text
+    assert "| `oom` |" in text and "WRONG" in text
