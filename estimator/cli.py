@@ -1,4 +1,5 @@
-"""`gpuest` command line: graph, estimate, compare, sweep, gpus, calibrate, fit, validate, report, export, plot."""
+"""`gpuest` command line: graph, estimate, compare, sweep, memory, gpus, calibrate, fit, validate, report, export,
+plot."""
 from __future__ import annotations
 
 import argparse
@@ -91,6 +92,36 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         from .report.plots import sweep_plot
         sweep_plot(df, args.plot)
         print(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    from .catalog import get_gpu
+    from .memory import max_batch, memory_estimate
+    from .report.text import table
+    gpu = get_gpu(args.gpu)  # an unknown name fails here, before any tracing
+    mem = memory_estimate(_graph(args), gpu)
+    data: dict[str, Any] = {"model": args.model, "gpu": gpu.name, "mode": "training" if args.train else "inference",
+                            "precision": args.precision, "batch": args.batch, "peak_memory_bytes": mem.peak_bytes,
+                            "peak_reserved_bytes": mem.peak_reserved_bytes, "capacity_bytes": mem.capacity_bytes,
+                            "fits": mem.fits, "memory_breakdown": mem.breakdown_bytes}
+    if args.max_batch:
+        found = max_batch(args.model, gpu, mode=data["mode"], precision=args.precision, optimizer=args.optimizer,
+                          seq=args.seq, image_size=args.image_size)
+        data.update(max_batch=found.batch, max_batch_limited=found.limited,
+                    max_batch_peak_bytes=found.memory.peak_bytes if found.memory else None)
+    if args.json:
+        print(json.dumps(data, indent=1))
+        return 0
+    gb = lambda b: f"{b / 1e9:.3f} GB"  # noqa: E731
+    print(f"gpuest memory: {args.model} [{data['mode']}, {args.precision}, batch {args.batch}] on {gpu.name}")
+    rows = [[k, gb(v), f"{100 * v / max(mem.peak_bytes, 1):.1f}%"] for k, v in mem.breakdown_bytes.items()]
+    print(table(rows + [["peak allocated", gb(mem.peak_bytes), "100.0%"]], ["at the peak", "bytes", "share"]))
+    print(f"peak reserved {gb(mem.peak_reserved_bytes)}; usable on {gpu.name} {gb(mem.capacity_bytes)}: "
+          + ("fits" if mem.fits else "DOES NOT FIT (out of memory)"))
+    if args.max_batch:
+        more = " (search limit reached)" if data["max_batch_limited"] else ""
+        print(f"largest batch that fits: {data['max_batch']}{more}")
     return 0
 
 
@@ -193,6 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--power-limits", default=None, help="W: START:STOP:STEP or a comma list")
     p.add_argument("--launch", default="eager", choices=["eager", "graph"])
     p.add_argument("--plot", default=None, help="write a PNG of time and energy against the setting")
+    p.add_argument("--json", action="store_true")
+    p = add("memory", cmd_memory, "predict peak memory of one step on a GPU, whether it fits, the largest batch")
+    p.add_argument("--gpu", required=True, help="GPU name from `gpuest gpus` (e.g. L4, A100-SXM4-40GB)")
+    p.add_argument("--max-batch", action="store_true", help="also find the largest batch that fits (traces several)")
     p.add_argument("--json", action="store_true")
     add("gpus", cmd_gpus, "list the GPU catalogue", model=False)
     p = add("calibrate", cmd_calibrate, "measure this machine's GPU (micro-benchmarks + NVML)", model=False)

@@ -21,6 +21,7 @@ from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall,
                                  tensor_bytes, tensors, unique_bytes)
 from .cuda_autocast import call_with_cuda_policy
 from .normalize import cuda_op_name
+from .storage_events import StorageEvents
 
 # Dispatcher namespaces that carry no device work (device queries, profiler markers).
 IGNORED_NAMESPACES = frozenset({"prim", "profiler"})
@@ -73,6 +74,7 @@ class RecordedNode:
 
     attrs: dict[str, Any]
     inputs: list[int] = field(default_factory=list)
+    memory: list[str] = field(default_factory=list)   # storage events during and after it (StorageEvents)
 
 
 class OpRecorder(TorchDispatchMode):
@@ -90,9 +92,9 @@ class OpRecorder(TorchDispatchMode):
         self.nodes: list[RecordedNode] = []
         self.sdpa_backends: set[str] = set()
         self._writer: dict[int, int] = {}
-        # Storages (not tensors) are kept alive so their keys are never reused: holding the tensors
-        # themselves would raise their refcounts and make autograd clone gradients it would steal.
-        self._alive: list[Any] = []
+        # Storage lifetimes; a storage's key may be reused once it dies, so state keyed by it is dropped then.
+        self.storages = StorageEvents(self._forget)
+        self.early_memory: list[str] = []   # storage events before the first node
         self._fused_key: tuple | None = None
         self._fused_seen: set[int] = set()       # storages the current fused node already reads or writes
         self._fused_written: dict[int, float] = {}  # storages it wrote that nothing inside it read yet
@@ -105,6 +107,7 @@ class OpRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        self.storages.drain(self.memory_events())
         if func.namespace not in IGNORED_NAMESPACES:
             call = OpCall(func, args, kwargs, out)
             for copy in REGISTRY.staged_copies(call):
@@ -172,6 +175,16 @@ class OpRecorder(TorchDispatchMode):
         return RNNLaunches(work, call.dtype, f"nn.{type(mod).__name__}", call)
 
     # ------------------------------------------------------------------ helpers
+    def memory_events(self) -> list[str]:
+        """The event list storage events happening now belong to: the last recorded node's."""
+        return self.nodes[-1].memory if self.nodes else self.early_memory
+
+    def _forget(self, key: int) -> None:
+        """A storage died: its key may now name a new storage, which no earlier writer produced."""
+        self._writer.pop(key, None)
+        self._fused_seen.discard(key)
+        self._fused_written.pop(key, None)
+
     def current_module(self) -> str:
         """The most recently entered module that is still active.
 
@@ -275,7 +288,7 @@ class OpRecorder(TorchDispatchMode):
         if cost.category != "view":
             for t in outputs:
                 self._writer[storage_key(t)] = index
-        self._keep_alive(inputs + outputs)
+        self.storages.touch(inputs + outputs, self.nodes[index].memory)
 
     def _merge(self, index: int, call: OpCall, cost: Cost, producers: list[int], outputs: list[torch.Tensor]) -> None:
         node = self.nodes[index]
@@ -297,7 +310,7 @@ class OpRecorder(TorchDispatchMode):
         node.inputs = sorted(set(node.inputs) | {p for p in producers if p != index})
         for t in outputs:
             self._writer[storage_key(t)] = index
-        self._keep_alive(outputs)
+        self.storages.touch(call.inputs + outputs, node.memory)
 
     def _merge_bytes(self, a: dict[str, Any], call: OpCall, outputs: list[torch.Tensor]) -> None:
         """One library call moves each tensor once: a value one of its ops writes and a later one reads
@@ -310,13 +323,6 @@ class OpRecorder(TorchDispatchMode):
         a["bytes_written"] += sum(tensor_bytes(t) for t in new_out.values())
         self._fused_written.update((k, tensor_bytes(t)) for k, t in new_out.items())
         self._fused_seen.update(storage_key(t) for t in call.inputs + outputs)
-
-    def _keep_alive(self, ts: list[torch.Tensor]) -> None:
-        for t in ts:
-            try:
-                self._alive.append(t.untyped_storage())
-            except (RuntimeError, NotImplementedError):
-                continue  # tensors without storage (e.g. sparse) have id-based keys
 
 
 class CudaFunctionPaths(TorchFunctionMode):

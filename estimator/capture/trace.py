@@ -9,12 +9,13 @@ from typing import Any, Callable, Sequence
 import networkx as nx
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.module_tracker import ModuleTracker
 
 from ..annotate.math_mode import TF32Policy
 from ..errors import TraceError
 from .recorder import CudaFunctionPaths, OpRecorder
+from .storage_events import HOST
 
 MODES = ("inference", "training")
 PRECISIONS = {
@@ -84,9 +85,11 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
     try:
         model.train(training)
         with fake_mode:
-            # Tied parameters (shared embeddings) must stay one tensor: one fake per parameter object.
+            # Tied parameters (shared embeddings) must stay one tensor: one fake per parameter object. They
+            # require grad as the model's do, in inference too: autocast then keeps each weight's cast until
+            # the autocast region ends (its cache takes leaves that require grad, whatever the grad mode).
             fakes: dict[int, torch.Tensor] = {}
-            params = {n: fakes.setdefault(id(p), _fake_like(p, weight_dtype, training and p.requires_grad))
+            params = {n: fakes.setdefault(id(p), _fake_like(p, weight_dtype, p.requires_grad))
                       for n, p in model.named_parameters(remove_duplicate=False)}
             buffers = {n: _fake_like(b, weight_dtype if weight_dtype and b.is_floating_point() else None)
                        for n, b in model.named_buffers(remove_duplicate=False)}
@@ -97,6 +100,7 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
                                  "requires grad, so backward has nothing to differentiate; use mode='inference' "
                                  "(no --train), or leave some of its parameters trainable")
             opt = _make_optimizer(params, optimizer) if training else None
+        _register_persistent(recorder, params, buffers, inputs, opt)
         if isinstance(inputs, dict):
             args, kwargs = (), inputs
         else:
@@ -132,6 +136,7 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
                         step(recorder)
                 finally:
                     hook.remove()
+                recorder.storages.drain(recorder.memory_events())   # what the step's return let go
             except TraceError:
                 raise
             except Exception as exc:  # any failure inside the user's model: say where it happened
@@ -145,8 +150,22 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
                 ) from exc
     finally:
         model.train(was_training)
+    gradients = recorder.storages.sids(p.grad for p in {id(p): p for p in params.values()}.values()
+                                       if p.grad is not None)
     return _to_graph(recorder, name=name or root, mode=mode, precision=precision, batch=batch,
-                     optimizer=optimizer if training else None, tf32=tf32)
+                     optimizer=optimizer if training else None, tf32=tf32, gradients=gradients)
+
+
+def _register_persistent(recorder: OpRecorder, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                         inputs: Any, opt: torch.optim.Optimizer | None) -> None:
+    """Tell the recorder which storages exist before the step: they are allocated once, not by its ops."""
+    recorder.storages.add_persistent([*params.values(), *buffers.values()], "weights")
+    recorder.storages.add_persistent([t for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)], "inputs")
+    if opt is not None:
+        state = [t for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+        recorder.storages.add_persistent([t for t in state if t.dim() > 0], "optimizer_state")
+        # 0-dim state (Adam's step counts) lives on the host unless the optimizer is capturable or fused.
+        recorder.storages.add_persistent([t for t in state if t.dim() == 0], HOST)
 
 
 def _make_optimizer(params: dict[str, torch.Tensor], name: str | None) -> torch.optim.Optimizer | None:
@@ -165,11 +184,12 @@ def _make_optimizer(params: dict[str, torch.Tensor], name: str | None) -> torch.
 
 
 def _to_graph(recorder: OpRecorder, *, name: str, mode: str, precision: str, batch: int | None,
-              optimizer: str | None, tf32: TF32Policy) -> nx.DiGraph:
+              optimizer: str | None, tf32: TF32Policy, gradients: list[int]) -> nx.DiGraph:
     graph = nx.DiGraph()
     unsupported: Counter[str] = Counter()
     for i, node in enumerate(recorder.nodes):
-        graph.add_node(i, order=i, **node.attrs)
+        events = (recorder.early_memory if i == 0 else []) + node.memory
+        graph.add_node(i, order=i, mem_events=" ".join(events), **node.attrs)
         for src in node.inputs:
             graph.add_edge(src, i)
         if not node.attrs["supported"]:
@@ -186,6 +206,10 @@ def _to_graph(recorder: OpRecorder, *, name: str, mode: str, precision: str, bat
         total_bytes=float(sum(a["bytes_read"] + a["bytes_written"] for a in attrs)),
         num_ops=sum(1 for a in attrs if not a["free"]),
         unsupported_ops=json.dumps(dict(unsupported), sort_keys=True),
+        # Storage facts of the step (estimator.memory replays them): [[id, bytes, kind], ...] alive before
+        # it, and the ids of the gradients it leaves, which the next step's zero_grad frees.
+        memory_persistent=json.dumps([list(p) for p in recorder.storages.persistent]),
+        memory_gradients=json.dumps(gradients),
     )
     return graph
 

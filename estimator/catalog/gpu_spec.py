@@ -127,6 +127,8 @@ class GPUSpec:
     power_limit_min_w: float
     power_limit_max_w: float
     idle_power_w: float
+    # Device memory CUDA reports (torch.cuda.get_device_properties().total_memory), where measured.
+    memory_total_bytes: int | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     path: str | None = field(default=None, compare=False)
 
@@ -175,6 +177,13 @@ class GPUSpec:
     def memory_bytes(self) -> float:
         """DRAM capacity in bytes (memory_gb * 1e9; datasheet GB)."""
         return self.memory_gb * 1e9
+
+    @property
+    def cuda_memory_bytes(self) -> float:
+        """Device memory CUDA can hand out, in bytes: the measured total where the catalogue has one, else
+        the datasheet's GB as 1e9 bytes, which every measured card exceeds (the driver's reserve is smaller
+        than the gap between datasheet GB and GiB)."""
+        return float(self.memory_total_bytes) if self.memory_total_bytes else self.memory_bytes
 
     @property
     def l2_cache_bytes(self) -> int:
@@ -293,12 +302,16 @@ def load_gpu_file(path: str | os.PathLike[str]) -> GPUSpec:
     if not isinstance(tensor_cores, bool):
         raise bad("tensor_cores", f"must be true or false; got {tensor_cores!r}")
 
+    total = data.get("memory_total_bytes")
+    if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total <= 0):
+        raise bad("memory_total_bytes", f"must be a positive integer (bytes) when given; got {total!r}")
+
     sources = req("sources")
     if not isinstance(sources, dict) or not all(
         isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in sources.items()
     ):
         raise bad("sources", "must be an object mapping field name -> non-empty citation string")
-    for key in SOURCED_FIELDS:
+    for key in SOURCED_FIELDS + (("memory_total_bytes",) if total is not None else ()):
         if key not in sources:
             raise bad(f"sources.{key}", "is missing: every number needs a named source")
 
@@ -323,6 +336,7 @@ def load_gpu_file(path: str | os.PathLike[str]) -> GPUSpec:
         power_limit_min_w=float(nums["power_limit_min_w"]),
         power_limit_max_w=float(nums["power_limit_max_w"]),
         idle_power_w=float(nums["idle_power_w"]),
+        memory_total_bytes=total,
         sources=MappingProxyType(dict(sources)),
         path=str(p),
     )

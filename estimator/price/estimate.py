@@ -13,6 +13,7 @@ import torch
 
 from ..catalog import GPUSpec, get_gpu
 from ..capture.trace import unsupported_ops as graph_unsupported_ops
+from ..memory.peak import MemoryEstimate, has_memory_facts, memory_estimate
 from .device_time import Z90, DeviceTimes, device_times, warn_notes
 from .host_timeline import LAUNCHES, Timeline, host_parts, simulate
 from .node_table import PHASES, NodeTable, node_table
@@ -53,7 +54,24 @@ class Estimate:
     per_node: pd.DataFrame
     notes: list[str] = field(default_factory=list)
     phase_clocks_mhz: dict[str, float] = field(default_factory=dict)
+    memory: MemoryEstimate | None = None   # None for a graph traced without storage events
     _graph: nx.DiGraph | None = field(default=None, repr=False)
+
+    @property
+    def peak_memory_bytes(self) -> int | None:
+        """Predicted torch.cuda.max_memory_allocated() of the step after warm-up (bytes)."""
+        return None if self.memory is None else self.memory.peak_bytes
+
+    @property
+    def memory_breakdown(self) -> dict[str, int]:
+        """Allocated bytes at the peak by kind: weights, inputs, optimizer_state, gradients, activations,
+        temporaries, workspace (sums to peak_memory_bytes)."""
+        return {} if self.memory is None else dict(self.memory.breakdown_bytes)
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether the step runs on this GPU without running out of memory (None: memory not predicted)."""
+        return None if self.memory is None else self.memory.fits
 
     @property
     def edp_js(self) -> float:
@@ -109,8 +127,12 @@ class Estimate:
     def summary(self) -> dict[str, Any]:
         keys = ("model", "mode", "precision", "batch", "gpu", "clock_mhz", "effective_clock_mhz", "power_limit_w",
                 "launch", "profile_source", "profile_note", "time_s", "time_low_s", "time_high_s", "device_time_s",
-                "host_time_s", "bound", "energy_j", "avg_power_w", "edp_js")
-        return {k: getattr(self, k) for k in keys}
+                "host_time_s", "bound", "energy_j", "avg_power_w", "edp_js", "peak_memory_bytes", "fits")
+        out = {k: getattr(self, k) for k in keys}
+        if self.memory is not None:
+            out.update(peak_reserved_bytes=self.memory.peak_reserved_bytes,
+                       memory_capacity_bytes=self.memory.capacity_bytes, memory_breakdown=self.memory_breakdown)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """Summary, notes, breakdowns and per-node rows as plain JSON-ready data."""
@@ -234,6 +256,12 @@ def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = 
             elif float(clk.max()) < spec.min_clock_mhz - 1e-6:
                 notes.append(f"the {p} phase runs below the lowest supported clock ({float(clk.max()):.0f} < "
                              f"{spec.min_clock_mhz:g} MHz) to meet {limit_w:g} W, as hardware slowdown does")
+    memory = memory_estimate(graph, spec) if has_memory_facts(graph) else None
+    if memory is None:
+        notes.append("the graph carries no storage events (traced by an older gpuest): memory is not predicted")
+    elif not memory.fits:
+        notes.append(f"out of memory: the step needs {memory.peak_reserved_bytes / 1e9:.3g} GB of the "
+                     f"{memory.capacity_bytes / 1e9:.3g} GB {spec.name} leaves PyTorch; it cannot run there")
     unsupported = graph_unsupported_ops(graph)
     if unsupported:
         notes.append(f"{sum(unsupported.values())} ops have no cost formula and were priced by their bytes: "
@@ -282,7 +310,7 @@ def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = 
         device_time_s=device_total, host_time_s=timeline.host_total_s,
         bound=_overall_bound(times, timeline) if n else "none",
         energy_j=energy, avg_power_w=energy / wall if wall > 0 else float("nan"),
-        per_node=per_node, notes=notes, phase_clocks_mhz=phase_clocks, _graph=graph)
+        per_node=per_node, notes=notes, phase_clocks_mhz=phase_clocks, memory=memory, _graph=graph)
 
 
 def estimate(graph_or_model: nx.DiGraph | torch.nn.Module | str, gpu: str | GPUSpec, clock: float | None = None,

@@ -18,7 +18,7 @@ def _row(est: Estimate) -> dict[str, Any]:
     return {"gpu": est.gpu, "clock_mhz": est.clock_mhz, "effective_clock_mhz": est.effective_clock_mhz,
             "power_limit_w": est.power_limit_w, "time_s": est.time_s, "device_time_s": est.device_time_s,
             "energy_j": est.energy_j, "avg_power_w": est.avg_power_w, "edp_js": est.edp_js, "bound": est.bound,
-            "profile": est.profile_source}
+            "profile": est.profile_source, "peak_memory_bytes": est.peak_memory_bytes, "fits": est.fits}
 
 
 def compare(graph: nx.DiGraph | Any, gpus: Iterable[str] | None = None, clock: float | None = None, *,
@@ -26,6 +26,8 @@ def compare(graph: nx.DiGraph | Any, gpus: Iterable[str] | None = None, clock: f
             profile: Any = None, **trace_kwargs: Any) -> pd.DataFrame:
     """One row per GPU (each at `clock` or its max boost), ranked by `by` ("time", "energy" or "edp").
 
+    Columns include the predicted peak memory (`peak_memory_bytes`) and `fits`; GPUs where the step runs
+    out of memory get no rank (NaN) and are listed after those where it fits.
     price_per_hour: optional {gpu name: $/hour} adds `cost_per_step` ($)."""
     if by not in OBJECTIVES:
         raise ValueError(f"unknown ranking {by!r}; accepted: {', '.join(OBJECTIVES)}")
@@ -40,9 +42,11 @@ def compare(graph: nx.DiGraph | Any, gpus: Iterable[str] | None = None, clock: f
     if price_per_hour:
         prices = {get_gpu(k).name: float(v) for k, v in price_per_hour.items()}
         df["cost_per_step"] = df["gpu"].map(prices) * df["time_s"] / 3600.0
+    runs = df["fits"].map(lambda f: f is not False)   # None: memory not predicted, so not excluded
     for name, col in OBJECTIVES.items():
-        df[f"rank_{name}"] = df[col].rank(method="min").astype(int)
-    return df.sort_values(OBJECTIVES[by]).reset_index(drop=True)
+        df[f"rank_{name}"] = df[col].where(runs).rank(method="min").astype("Int64")
+    df["_oom"] = ~runs
+    return df.sort_values(["_oom", OBJECTIVES[by]]).drop(columns="_oom").reset_index(drop=True)
 
 
 def sweep(graph: nx.DiGraph | Any, gpu: str, clocks: Iterable[float] | None = None,

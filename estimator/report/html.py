@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 import pandas as pd
 
-from .text import seconds, si
+from .text import fits_text, memory_text, seconds, si
 
 if TYPE_CHECKING:
     from ..price.estimate import Estimate
@@ -112,7 +112,8 @@ def _summary(est: "Estimate") -> str:
              ("device busy", seconds(est.device_time_s)), ("host dispatch", seconds(est.host_time_s)),
              ("bound", est.bound), ("energy / iteration", _joules(est.energy_j)),
              ("average power", "n/a" if not math.isfinite(est.avg_power_w) else f"{est.avg_power_w:.4g} W"),
-             ("energy-delay product", "n/a" if not math.isfinite(est.edp_js) else f"{est.edp_js:.4g} J*s")]
+             ("energy-delay product", "n/a" if not math.isfinite(est.edp_js) else f"{est.edp_js:.4g} J*s"),
+             ("peak memory", f"{memory_text(est)} {fits_text(est)}".strip())]
     html_cards = "".join(f'<div class="card"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div></div>'
                          for k, v in cards)
     notes = "".join(f'<div class="note">note: {_e(n)}</div>' for n in est.notes)
@@ -120,6 +121,21 @@ def _summary(est: "Estimate") -> str:
             f'profile: {_e(est.profile_source)} ({_e(est.profile_note)})</p>'
             f'<div class="cards" id="summary">{html_cards}</div>{notes}'
             f'<details><summary>text summary (as <code>print(est)</code>)</summary><pre>{_e(str(est))}</pre></details>')
+
+
+def _memory(est: "Estimate") -> str:
+    """Allocated bytes at the predicted peak by kind, and whether the step fits the GPU."""
+    mem = est.memory
+    if mem is None:
+        return '<p class="note">The graph carries no storage events: memory is not predicted.</p>'
+    peak = max(mem.peak_bytes, 1)
+    rows = [[_e(k.replace("_", " ")), (si(v, "B"), v), (_bar(v / peak), v)] for k, v in mem.breakdown_bytes.items()]
+    rows.append(["<b>peak allocated</b>", (si(mem.peak_bytes, "B"), mem.peak_bytes), ""])
+    verdict = "fits" if mem.fits else "<b>does not fit</b> (out of memory)"
+    return (f"<p>Predicted <code>torch.cuda.max_memory_allocated()</code> of one step after warm-up, by what the "
+            f"allocated blocks hold at that moment. Peak reserved {_e(si(mem.peak_reserved_bytes, 'B'))}; "
+            f"PyTorch may use {_e(si(mem.capacity_bytes, 'B'))} of {_e(est.gpu)}: the step {verdict}.</p>"
+            + _table(["at the peak", "bytes", "share"], rows, cls="sortable memory"))
 
 
 def _bounds(est: "Estimate") -> str:
@@ -210,7 +226,7 @@ def _auto_sweep(est: "Estimate") -> tuple[pd.DataFrame | None, str]:
 def html_report(est: "Estimate", path: str | Path, *, sweep_df: pd.DataFrame | None = None) -> Path:
     """Write a self-contained HTML report of `est` to `path` and return the path.
 
-    Sections: summary, bound and category breakdown, top-20 ops, module tree (depths 1-2), roofline plot,
+    Sections: summary, peak memory by kind, bound and category breakdown, top-20 ops, module tree (depths 1-2), roofline plot,
     and, when the estimate has energy: energy per phase and a sweep chart (`sweep_df`, else a power-limit
     sweep over the GPU's range computed here)."""
     from .plots import roofline_plot, sweep_plot
@@ -229,6 +245,7 @@ def html_report(est: "Estimate", path: str | Path, *, sweep_df: pd.DataFrame | N
     title = f"gpuest: {est.model} [{est.mode}, {est.precision}, batch {est.batch}] on {est.gpu}"
     sections = [
         f"<h1>{_e(title)}</h1>", _summary(est),
+        "<h2 id='memory'>Peak memory</h2>", _memory(est),
         "<h2 id='bounds'>Where the time goes</h2>", _bounds(est),
         f"<h2 id='hot'>Top {HOT_OPS} ops by predicted time</h2>",
         "<p>Click a column header to sort.</p>", _hot_ops(est),

@@ -34,6 +34,18 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)])
 
 
+def memory_text(est: "Estimate") -> str:
+    """'3.16 GB' (peak allocated), or 'n/a' when the graph had no storage events."""
+    return "n/a" if est.peak_memory_bytes is None else f"{est.peak_memory_bytes / 1e9:.3g} GB"
+
+
+def fits_text(est: "Estimate") -> str:
+    """Whether the step fits the GPU, with the memory PyTorch may use there."""
+    if est.memory is None:
+        return ""
+    return ("fits" if est.fits else "DOES NOT FIT") + f" in {est.memory.capacity_bytes / 1e9:.3g} GB usable"
+
+
 def estimate_summary(est: "Estimate", hot: int = 10) -> str:
     """The readable summary of an estimate: totals, bound, energy, per-category and hot-op tables."""
     clock = f"{est.clock_mhz:.0f} MHz"
@@ -53,6 +65,7 @@ def estimate_summary(est: "Estimate", hot: int = 10) -> str:
             ["energy / iteration", f"{est.energy_j:.4g} J", ""],
             ["average power", f"{est.avg_power_w:.4g} W", ""],
             ["energy-delay product", f"{est.edp_js:.4g} J*s", ""],
+            ["peak memory (allocated)", memory_text(est), fits_text(est)],
         ], ["", "value", ""]),
         "",
     ]
