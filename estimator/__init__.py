@@ -7,8 +7,8 @@
 """
 from .capture import trace, unsupported_ops
 from .catalog import get_gpu, list_gpus
-from .price import Estimate, compare, estimate, optimal, sweep
+from .price import Estimate, GenerationEstimate, compare, estimate, estimate_generation, optimal, sweep, trace_generation
 from .profile import Profile, load_profile
 
-__all__ = ["Estimate", "Profile", "compare", "estimate", "optimal", "sweep", "get_gpu", "list_gpus", "load_profile", "trace", "unsupported_ops"]
+__all__ = ["Estimate", "GenerationEstimate", "estimate_generation", "trace_generation", "Profile", "compare", "estimate", "optimal", "sweep", "get_gpu", "list_gpus", "load_profile", "trace", "unsupported_ops"]
 __version__ = "0.1.0"
