@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 import transformers
@@ -146,3 +147,38 @@ def test_greedy_step_runs_on_real_tensors():
         finished = GreedyStep(model, True)(ids, torch.ones_like(ids), torch.arange(5).expand(2, 5),
                                            torch.ones(2, dtype=torch.long), transformers.DynamicCache(config=config), 5)
     assert finished.dtype == torch.bool and not bool(finished)
+
+
+def test_accuracy_report_scores_rows(tiny_spec, tmp_path):
+    from estimator.report.generation_accuracy import latest_rows, predict, render
+    base = {"status": "ok", "dry_run": False, "gpu": "NVIDIA H100 80GB HBM3", "gpu_canonical": "H100-SXM",
+            "model": tiny_spec, "family": "llama", "precision": "bf16", "cache": "dynamic"}
+    rows = [dict(base, key="d", kind="decode", batch=2, context=100, prompt=0, new_tokens=0),
+            dict(base, key="g", kind="generate", batch=2, context=0, prompt=16, new_tokens=6,
+                 generate_python_per_step_s=4e-4)]
+    pred = predict(rows)
+    # predictions 50 % above the measurement, then 12 % below it in a later file: the later row wins
+    for scale, name in ((1.5, "a.jsonl"), (0.88, "b.jsonl")):
+        with (tmp_path / name).open("w") as f:
+            for r, p in zip(rows, pred.itertuples()):
+                f.write(json.dumps(dict(r, device_busy_s=p.pred_device / scale, wall_s=p.pred_wall / scale,
+                                        energy_j=p.pred_energy / scale)) + "\n")
+    df = predict(latest_rows([tmp_path / "a.jsonl", tmp_path / "b.jsonl"]))
+    assert len(df) == 2 and np.allclose(df[["ape_device", "ape_wall", "ape_energy"]], 12.0)
+    text = render(df, ["b.jsonl"], "cmd")
+    assert "| decode-step device time | 1 | 12.0 % | <= 10 % | not met |" in text
+    assert "| generate() wall time | 1 | 12.0 % | <= 15 % | met |" in text
+
+
+def test_measurement_script_respects_its_budget(tmp_path):
+    from calibration.generation_validate import configs, run
+    out = tmp_path / "gen.jsonl"
+    assert run(out, budget_s=0.0, dry_run=True) == 0 and not out.exists()
+    grid = configs()
+    # every model's core configs come before any extended one, and all three families are covered
+    tiers = [c.tier for c in grid]
+    assert tiers == sorted(tiers)
+    core_models = {c.model for c in grid if c.tier == 0}
+    assert {"hf:llama", "hf:qwen2-0.5b", "hf:gpt2"} <= core_models
+    assert {c.kind for c in grid if c.tier == 0} == {"decode", "prefill", "generate"}
+    assert len({c.key for c in grid}) == len(grid)
