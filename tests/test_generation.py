@@ -182,3 +182,10 @@ def test_measurement_script_respects_its_budget(tmp_path):
     assert {"hf:llama", "hf:qwen2-0.5b", "hf:gpt2"} <= core_models
     assert {c.kind for c in grid if c.tier == 0} == {"decode", "prefill", "generate"}
     assert len({c.key for c in grid}) == len(grid)
+
+
+def test_graph_launch_removes_per_op_dispatch_from_decode_only(graphs):
+    eager, graph = (price_generation(graphs, "H100", launch=launch) for launch in ("eager", "graph"))
+    assert graph.tpot_s < eager.tpot_s
+    assert graph.prefill.time_s == pytest.approx(eager.prefill.time_s)   # the prefill is never graphed
+    assert graph.decode[0].device_time_s <= eager.decode[0].device_time_s   # no launch gaps between kernels

@@ -27,6 +27,7 @@ from ..catalog import GPUSpec, get_gpu
 from ..errors import GenerationError
 from ..profile import Profile, prior_profile
 from .estimate import Estimate, estimate_graph
+from .host_timeline import LAUNCHES
 from .power import transfer_power, waiting_power_w
 from .profile_choice import choose_profile
 
@@ -169,10 +170,13 @@ def price_generation(graphs: GenerationGraphs, gpu: str | GPUSpec, clock: float 
                      profile: Any = None, launch: str = "eager", power_limit: float | None = None,
                      warn: bool = True) -> GenerationEstimate:
     """Price traced generate() steps on `gpu` (arguments as `estimate_generation`)."""
+    if launch not in LAUNCHES:
+        raise ValueError(f"unknown launch {launch!r}; accepted: {', '.join(LAUNCHES)}")
     spec = gpu if isinstance(gpu, GPUSpec) else get_gpu(gpu)
-    kw = dict(profile=profile, launch=launch, power_limit=power_limit)
-    pre = estimate_graph(graphs.prefill, spec, clock, warn=warn, **kw)
-    steps = [estimate_graph(p.graph, spec, clock, warn=False, **kw) for p in graphs.decode]
+    kw = dict(profile=profile, power_limit=power_limit)
+    # transformers compiles (CUDA-graphs) only the decode steps: the prefill always runs eagerly
+    pre = estimate_graph(graphs.prefill, spec, clock, warn=warn, launch="eager", **kw)
+    steps = [estimate_graph(p.graph, spec, clock, warn=False, launch=launch, **kw) for p in graphs.decode]
     choice = choose_profile(spec, profile)
     host = generate_host_s(choice.profile)
     fit = choice.profile.power
@@ -231,7 +235,8 @@ def estimate_generation(model_or_name: torch.nn.Module | str, gpu: str | GPUSpec
     precision: the model's weights and KV cache ("bf16", "fp16", "fp32").
     cache: "dynamic" (transformers' default: the cache grows by concatenation, each step copies it) or
         "static" (preallocated to prompt + new tokens, updated in place; attention spans its whole length).
-    launch: "eager" (every op dispatched from Python) or "graph" (CUDA graphs: one launch a step).
+    launch: "eager" (every op dispatched from Python) or "graph" (decode steps replayed as CUDA graphs, one
+        launch a step, as with a static cache and torch.compile; the prefill runs eagerly either way).
     clock: SM clock in MHz (default max boost); power_limit: board limit in W (default TDP).
     profile: as for `estimate` (None: the GPU's calibrated profile or the nearest one).
     The result carries ttft_s, tpot_s, time_s, tokens_per_s, energy_j, energy_per_token_j and `phases`;
