@@ -27,6 +27,7 @@ from scipy.optimize import lsq_linear
 from estimator.catalog import GPUSpec, get_gpu
 from estimator.errors import ProfileError
 from estimator.jsonl import read_jsonl
+from estimator.price.generation import HOST_KEYS as GENERATE_HOST_KEYS
 from estimator.price.device_time import (RESIDUAL_CLIP, DeviceTimes, device_times, dram_floor_s, fit_key, fit_keys,
                                          log_floor, persistent_step_time_s, persistent_steps, within_fit_range)
 from estimator.price.host_timeline import launch_costs
@@ -573,10 +574,12 @@ def fit_host_and_gap(profile: Profile, validation: list[dict[str, Any]], gpu: GP
     x_arr, y_arr = np.array(xs), np.array(ys)
     coef = lsq_linear(x_arr / y_arr[:, None], np.ones(len(y_arr)), bounds=(0.0, np.inf)).x
     scale_fwd, scale_bwd, scale_opt, module_call_s, host_only_s, autocast_s = (float(c) for c in coef)
+    # generate()'s own Python work is not in these runs: a fitted profile leaves it to the prior.
     # A category's per-op and per-launch costs (launch_<category>) scale with the term its ops enter:
     # the optimizer's with the optimizer term, every other category's with the forward one.
     host = {k: v * (scale_opt if k.removeprefix("launch_") == "optimizer" else scale_fwd)
-            for k, v in profile.host_op_s.items() if k not in ("module_call", "graph_launch", "autocast")}
+            for k, v in profile.host_op_s.items()
+            if k not in ("module_call", "graph_launch", "autocast") and k not in GENERATE_HOST_KEYS}
     host.setdefault("optimizer", profile.host_op_s["default"] * scale_opt)
     host["module_call"] = module_call_s
     host["autocast"] = autocast_s

@@ -8,10 +8,12 @@
 from .capture import trace, unsupported_ops
 from .catalog import get_gpu, list_gpus
 from .memory import max_batch, memory_estimate
-from .price import Estimate, compare, estimate, optimal, sweep
+from .price import (Estimate, GenerationEstimate, compare, estimate, estimate_generation, optimal, sweep,
+                    trace_generation)
 from .profile import Profile, load_profile
 from .report.export import export
 
-__all__ = ["Estimate", "Profile", "compare", "estimate", "export", "get_gpu", "list_gpus", "load_profile",
-           "max_batch", "memory_estimate", "optimal", "sweep", "trace", "unsupported_ops"]
+__all__ = ["Estimate", "GenerationEstimate", "Profile", "compare", "estimate", "estimate_generation", "export",
+           "get_gpu", "list_gpus", "load_profile", "max_batch", "memory_estimate", "optimal", "sweep", "trace",
+           "trace_generation", "unsupported_ops"]
 __version__ = "0.1.0"

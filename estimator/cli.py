@@ -1,5 +1,5 @@
-"""`gpuest` command line: graph, estimate, compare, sweep, memory, gpus, calibrate, fit, validate, report, export,
-plot."""
+"""`gpuest` command line: graph, estimate, compare, sweep, memory, generate, gpus, calibrate, fit, validate,
+report, export, plot."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 from .errors import GpuestError
 
-MODEL_HELP = ("torchvision name (resnet50), timm:NAME, hf:gpt2|bert-base-uncased|llama|llama-3b, lstm, gru, "
+MODEL_HELP = ("torchvision name (resnet50), timm:NAME, hf:gpt2|bert-base-uncased|llama|llama-3b|qwen2-0.5b, lstm, gru, "
               "or path/to/file.py:factory")
 
 
@@ -125,6 +125,20 @@ def cmd_memory(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .price.generation import compare_generation, price_generation, trace_generation
+    graphs = trace_generation(args.model, batch=args.batch, prompt_tokens=args.prompt, new_tokens=args.new_tokens,
+                              precision=args.precision, cache=args.cache)
+    est = price_generation(graphs, args.gpu, args.clock, launch=args.launch, power_limit=args.power_limit,
+                           profile=args.profile)
+    print(json.dumps(est.to_dict(), indent=1, default=str) if args.json else est)
+    if args.compare:
+        gpus = [args.gpu] + [g for g in args.compare.split(",") if g]
+        df = compare_generation(graphs, gpus, args.clock, by=args.by, launch=args.launch, profile=args.profile)
+        print(df.to_json(orient="records", indent=1) if args.json else "\n" + df.to_string(index=False))
+    return 0
+
+
 def cmd_gpus(args: argparse.Namespace) -> int:
     from .catalog import list_gpus
     from .profile import shipped_profiles
@@ -229,6 +243,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", required=True, help="GPU name from `gpuest gpus` (e.g. L4, A100-SXM4-40GB)")
     p.add_argument("--max-batch", action="store_true", help="also find the largest batch that fits (traces several)")
     p.add_argument("--json", action="store_true")
+    p = add("generate", cmd_generate, "predict a greedy generate() call of a decoder LM: TTFT, time per token, "
+            "tokens/s and energy per token", model=False, gpu=True)
+    p.add_argument("model", help="a decoder LM: hf:gpt2|llama|llama-3b|qwen2-0.5b or an hf config .json")
+    p.add_argument("--batch", type=int, default=1, help="sequences generated together (default 1)")
+    p.add_argument("--prompt", type=int, required=True, help="prompt tokens per sequence")
+    p.add_argument("--new-tokens", type=int, required=True, help="tokens generated per sequence")
+    p.add_argument("--precision", default="bf16", help="weights and KV cache: bf16 | fp16 | fp32 (default bf16)")
+    p.add_argument("--cache", default="dynamic", choices=["dynamic", "static"], help="transformers KV cache kind")
+    p.add_argument("--power-limit", type=float, default=None, help="board power limit in W (default TDP)")
+    p.add_argument("--profile", default=None, help="profile JSON, 'prior' or 'roofline' (default: automatic)")
+    p.add_argument("--compare", default=None, help="also rank these comma-separated GPUs (with --gpu)")
+    p.add_argument("--by", default="tokens_per_s", choices=["tokens_per_s", "energy_per_token", "time", "ttft"],
+                   help="ranking of --compare (default tokens_per_s)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     add("gpus", cmd_gpus, "list the GPU catalogue", model=False)
     p = add("calibrate", cmd_calibrate, "measure this machine's GPU (micro-benchmarks + NVML)", model=False)
     p.add_argument("--out", default="calibration.jsonl")

@@ -40,3 +40,8 @@ class CatalogError(GpuestError, ValueError):
 class MeasuredDataError(ProfileError):
     """A measurement file (calibration or validation JSONL) is unreadable or has a corrupt line; a
     ProfileError too, as fitting a profile is what such files feed."""
+
+
+class GenerationError(GpuestError, ValueError):
+    """A generation estimate was asked of a model that cannot generate with a KV cache (not a decoder LM,
+    no cache), or for more tokens than its position embeddings cover."""

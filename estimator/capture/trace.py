@@ -14,6 +14,7 @@ from torch.utils.module_tracker import ModuleTracker
 
 from ..annotate.math_mode import TF32Policy
 from ..errors import TraceError
+from .fake_inputs import fake_inputs
 from .recorder import CudaFunctionPaths, OpRecorder
 from .storage_events import HOST
 
@@ -63,8 +64,10 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
 
     mode: "inference" (eval, no autograd) or "training" (forward, loss, backward, optimizer step).
     precision: fp32 (honours torch's TF32 switches), bf16/fp16 (weights cast), bf16-mixed/fp16-mixed (autocast).
-    example_inputs: a tensor or tuple of tensors (real, meta or fake: only shapes and dtypes are used),
-        or a dict of keyword arguments.
+    example_inputs: a tensor or tuple of positional arguments, or a dict of keyword arguments. Every tensor
+        reachable from them (real, meta or fake: only shapes, strides and dtypes are used) becomes a fake
+        one, also inside nested containers, dataclasses and objects such as a transformers `Cache`
+        (`fake_inputs`); floating-point ones take the weight dtype of bf16/fp16.
     Nodes carry FLOPs, bytes read/written, category, phase, module, shapes, dtype and math mode.
     """
     _check_choice(mode, MODES, "mode")
@@ -93,8 +96,7 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
                       for n, p in model.named_parameters(remove_duplicate=False)}
             buffers = {n: _fake_like(b, weight_dtype if weight_dtype and b.is_floating_point() else None)
                        for n, b in model.named_buffers(remove_duplicate=False)}
-            inputs = tree_map(lambda x: _fake_like(x, weight_dtype) if isinstance(x, torch.Tensor) else x,
-                              example_inputs)
+            inputs = fake_inputs(example_inputs, lambda x: _fake_like(x, weight_dtype), TRACE_DEVICE, weight_dtype)
             if training and not any(p.requires_grad for p in params.values()):
                 raise TraceError(f"cannot trace a training step of {name or root}: it has no parameter that "
                                  "requires grad, so backward has nothing to differentiate; use mode='inference' "

@@ -49,6 +49,18 @@ def transfer_power(fit: PowerFit, source: GPUSpec, target: GPUSpec) -> PowerFit:
                    memory_w=fit.memory_w * ratio, sigma_w=fit.sigma_w * ratio)
 
 
+def clock_scale(gpu: GPUSpec, clock_mhz: np.ndarray | float, fit: PowerFit) -> np.ndarray:
+    """s(f) = (f / f_max) * (V(f) / V(f_max))^2: how dynamic power scales with the SM clock."""
+    v = voltage_ratio(gpu, clock_mhz, fit.v_min_ratio)
+    return np.asarray(clock_mhz, dtype=float) / gpu.max_clock_mhz * v ** 2
+
+
+def waiting_power_w(gpu: GPUSpec, clock_mhz: np.ndarray | float, fit: PowerFit) -> np.ndarray:
+    """Board power (W) while the device waits for the host at `clock_mhz`: gap(f), else static(f)."""
+    above_idle = fit.static_w if fit.gap_w is None else fit.gap_w
+    return fit.idle_w + (above_idle - fit.idle_w) * clock_scale(gpu, clock_mhz, fit)
+
+
 @dataclass(frozen=True)
 class NodePower:
     power_w: np.ndarray        # average power while the node runs
@@ -65,12 +77,11 @@ def node_power(table: NodeTable, times: DeviceTimes, gpu: GPUSpec, clock_mhz: np
     util_compute = np.clip(times.work_flops / (times.peak_flops * t), 0.0, 1.0)
     util_mem = np.clip(dram_bytes(table, times) / (gpu.memory_bandwidth_bytes_per_s * t), 0.0, 1.0)
     tc = table.tensor_core
-    v = voltage_ratio(gpu, clock_mhz, fit.v_min_ratio)
-    scale = np.asarray(clock_mhz, dtype=float) / gpu.max_clock_mhz * v ** 2
+    scale = clock_scale(gpu, clock_mhz, fit)
     # Above idle, a busy-but-unloaded GPU burns mostly clock-distribution and uncore switching power,
     # which scales like dynamic power (f * V^2), not like leakage.
     static = fit.idle_w + (fit.static_w - fit.idle_w) * scale
-    waiting = static if fit.gap_w is None else fit.idle_w + (fit.gap_w - fit.idle_w) * scale
+    waiting = waiting_power_w(gpu, clock_mhz, fit)
     dyn = scale * (fit.tensor_w * np.where(tc, util_compute, 0.0) + fit.vector_w * np.where(tc, 0.0, util_compute))
     power = static + dyn + fit.memory_w * util_mem
     active = times.device_s > 0

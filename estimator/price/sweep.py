@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..catalog import get_gpu, list_gpus
 from .estimate import Estimate, as_graph, estimate_graph
+from .generation import GenerationGraphs, compare_generation
 
 OBJECTIVES = {"time": "time_s", "energy": "energy_j", "edp": "edp_js"}
 DEFAULT_SWEEP_POINTS = 16
@@ -28,7 +29,11 @@ def compare(graph: nx.DiGraph | Any, gpus: Iterable[str] | None = None, clock: f
 
     Columns include the predicted peak memory (`peak_memory_bytes`) and `fits`; GPUs where the step runs
     out of memory get no rank (NaN) and are listed after those where it fits.
-    price_per_hour: optional {gpu name: $/hour} adds `cost_per_step` ($)."""
+    price_per_hour: optional {gpu name: $/hour} adds `cost_per_step` ($).
+    A generate() call traced by `trace_generation` is ranked by `by` "time" (the whole call: the same order
+    as "tokens_per_s"), "tokens_per_s", "energy_per_token" or "ttft" (`compare_generation`)."""
+    if isinstance(graph, GenerationGraphs):
+        return compare_generation(graph, gpus, clock, by=by, launch=launch, profile=profile)
     if by not in OBJECTIVES:
         raise ValueError(f"unknown ranking {by!r}; accepted: {', '.join(OBJECTIVES)}")
     graph = as_graph(graph, **trace_kwargs)

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..price.estimate import Estimate
+    from ..price.generation import GenerationEstimate
 
 PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
 
@@ -80,4 +81,32 @@ def estimate_summary(est: "Estimate", hot: int = 10) -> str:
                        [f"top {hot} ops", "module", "phase", "time", "share", "bound"]))
     for note in est.notes:
         lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+def generation_summary(gen: "GenerationEstimate") -> str:
+    """The readable summary of a generate() estimate: totals, rates, and one row per priced step."""
+    tokens = gen.batch * gen.new_tokens
+    lines = [
+        f"gpuest generate: {gen.model} [{gen.precision}, batch {gen.batch}, prompt {gen.prompt_tokens}, "
+        f"{gen.new_tokens} new tokens, {gen.cache} cache] on {gen.gpu} @ {gen.clock_mhz:.0f} MHz, launch={gen.launch}",
+        f"profile: {gen.profile_source}",
+        "",
+        table([
+            ["time to first token", seconds(gen.ttft_s), "generate() setup + prefill"],
+            ["time per output token", seconds(gen.tpot_s), "mean decode step"],
+            ["whole generate() call", seconds(gen.time_s), f"{tokens} tokens"],
+            ["tokens / s", f"{gen.tokens_per_s:.4g}", f"{gen.tokens_per_s / gen.batch:.4g} per sequence"],
+            ["device busy", seconds(gen.device_time_s), f"{100 * gen.device_time_s / gen.time_s:.0f}% of the call"],
+            ["energy", f"{gen.energy_j:.4g} J", f"{gen.avg_power_w:.4g} W average"],
+            ["energy / token", f"{gen.energy_per_token_j:.4g} J", ""],
+        ], ["", "value", ""]),
+        "",
+        table([[r.phase, str(r.context), str(r.query_tokens), f"{r.steps:.4g}", seconds(r.time_s),
+                seconds(r.device_time_s), seconds(r.host_time_s), r.bound, seconds(r.total_time_s),
+                f"{r.total_energy_j:.3g} J"] for r in gen.phases.itertuples()],
+              ["phase", "context", "tokens in", "steps", "time/step", "device/step", "host/step", "bound",
+               "total time", "energy"]),
+    ]
+    lines += [f"note: {note}" for note in gen.notes]
     return "\n".join(lines)
