@@ -104,12 +104,12 @@ class RunContext:
 
     # one-entry cache of the built model: consecutive configs of the same (model, batch) reuse it
     def model_for(self, cfg: ValidationConfig, dtype: torch.dtype | None) -> Any:
-        key = (cfg.model, cfg.batch, cfg.seq, cfg.image_size, dtype)
+        key = (cfg.model, cfg.batch, cfg.seq, cfg.image_size, dtype, cfg.memory_format)
         if key != self._cache_key:
             self.drop_model()
             from estimator.capture.models import load_model
             loaded = load_model(cfg.model, batch=cfg.batch, seq=cfg.seq, image_size=cfg.image_size,
-                                device=str(self.device), dtype=dtype)
+                                device=str(self.device), dtype=dtype, memory_format=cfg.memory_format)
             self._cache_key, self._cache = key, loaded
         return self._cache
 
@@ -691,7 +691,7 @@ def build_configs(args: argparse.Namespace) -> tuple[list[ValidationConfig], str
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m calibration.validate",
                                 description="Measure the validation set on this GPU (one JSONL row per config).")
-    p.add_argument("--set", choices=["quick", "full", "dry", "host"], help="predefined set (default quick; dry with --dry-run)")
+    p.add_argument("--set", choices=["quick", "full", "dry", "host", "generalisation"], help="predefined set (default quick; dry with --dry-run)")
     p.add_argument("--models", help="comma-separated model specs (instead of --set)")
     p.add_argument("--batch", help="comma-separated batch sizes (default: each model's small and large batch)")
     p.add_argument("--modes", help="comma-separated: inference,training (default both)")

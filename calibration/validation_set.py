@@ -52,12 +52,15 @@ class ValidationConfig:
     heldout: bool = False
     optimizer: str = "adamw"
     per_op: bool = False
+    memory_format: str = "contiguous"   # "channels_last": NHWC weights and inputs (estimator.capture.models)
+    split: str = ""                     # "test" for models of the frozen test split (TEST_MODELS)
 
     @property
     def key(self) -> str:
         """Stable identity of the config (what resume and the report match on)."""
         shape = f"s{self.seq}" if self.seq else (f"i{self.image_size}" if self.image_size else "-")
-        return f"{self.model}|b{self.batch}|{shape}|{self.mode}|{self.precision}"
+        layout = "|channels_last" if self.memory_format == "channels_last" else ""
+        return f"{self.model}|b{self.batch}|{shape}|{self.mode}|{self.precision}{layout}"
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -178,7 +181,80 @@ def host_set() -> list[ValidationConfig]:
     return out
 
 
-SETS = {"quick": quick_set, "full": full_set, "dry": dry_set, "host": host_set}
+# ------------------------------------------------------------------ generalisation set
+# Models of families and recipes the 21 above lack (issue 25), each measured in two recipes. Append only.
+_GENERALISATION: list[tuple[str, str, int, int | None, int | None]] = [
+    # spec,                          family, batch, seq,  image_size
+    ("timm:efficientnet_b3",          "cnn",  64,   None, 288),
+    ("timm:convnextv2_tiny",          "cnn",  128,  None, 224),
+    ("timm:poolformer_s12",           "cnn",  128,  None, 224),
+    ("timm:resnet50d",                "cnn",  128,  None, 224),
+    ("timm:regnety_032",              "cnn",  128,  None, 224),
+    ("timm:ghostnet_100",             "cnn",  256,  None, 224),
+    ("timm:edgenext_small",           "cnn",  128,  None, 224),
+    ("resnet101",                     "cnn",  128,  None, 224),
+    ("resnet152",                     "cnn",  128,  None, 224),
+    ("wide_resnet50_2",               "cnn",  64,   None, 224),
+    ("mnasnet1_0",                    "cnn",  256,  None, 224),
+    ("timm:eva02_tiny_patch14_224",   "vit",  128,  None, 224),
+    ("timm:levit_128",                "vit",  256,  None, 224),
+    ("timm:maxvit_tiny_tf_224",       "vit",  64,   None, 224),
+    ("timm:coatnet_0_rw_224",         "vit",  64,   None, 224),
+    ("timm:beit_base_patch16_224",    "vit",  64,   None, 224),
+    ("timm:mobilevit_s",              "vit",  128,  None, 256),
+    ("timm:deit_small_patch16_224",   "vit",  128,  None, 224),
+    ("vit_l_16",                      "vit",  32,   None, 224),
+    ("swin_v2_t",                     "vit",  64,   None, 256),
+    ("hf:qwen2-0.5b",                 "llm",  4,    2048, None),
+    ("hf:mistral-0.85b",              "llm",  2,    4096, None),
+    ("hf:roberta-base",               "llm",  32,   512,  None),
+    ("hf:distilbert-base-uncased",    "llm",  64,   512,  None),
+]
+# Recipes (mode, precision, memory format) a model of each family is measured in: model i takes recipes
+# i and i + len/2 of its family's list, so each gets an inference and a training step.
+_RECIPES = {
+    "cnn": [("inference", "bf16-mixed", "channels_last"), ("inference", "fp16-mixed", "contiguous"),
+            ("inference", "bf16", "channels_last"), ("training", "bf16-mixed", "channels_last"),
+            ("training", "fp16-mixed", "contiguous"), ("training", "fp32", "contiguous")],
+    "vit": [("inference", "fp16-mixed", "contiguous"), ("inference", "bf16", "contiguous"),
+            ("training", "bf16-mixed", "contiguous"), ("training", "fp32", "contiguous")],
+    "llm": [("inference", "bf16", "contiguous"), ("inference", "fp16-mixed", "contiguous"),
+            ("training", "bf16-mixed", "contiguous"), ("training", "bf16", "contiguous")],
+}
+# The frozen test split, drawn before any of these models was measured: random.Random(TEST_SPLIT_SEED)
+# .sample over the generalisation models, a third of ALL validation models (21 + 24 = 45 -> 15). Never fit,
+# tune or choose anything on them; their error is the headline (docs/ACCURACY.md).
+TEST_SPLIT_SEED = 20261125
+TEST_MODELS = ("hf:qwen2-0.5b", "hf:roberta-base", "mnasnet1_0", "resnet101", "swin_v2_t", "timm:coatnet_0_rw_224",
+               "timm:convnextv2_tiny", "timm:deit_small_patch16_224", "timm:efficientnet_b3", "timm:ghostnet_100",
+               "timm:levit_128", "timm:mobilevit_s", "timm:regnety_032", "vit_l_16", "wide_resnet50_2")
+
+
+def draw_test_split() -> tuple[str, ...]:
+    """The seeded draw TEST_MODELS holds (a test checks they agree)."""
+    import math
+    import random
+    n_all = len(_MODELS) + len(_GENERALISATION)
+    specs = [spec for spec, *_ in _GENERALISATION]
+    return tuple(sorted(random.Random(TEST_SPLIT_SEED).sample(specs, math.ceil(n_all / 3))))
+
+
+def generalisation_set() -> list[ValidationConfig]:
+    """Two recipes of each generalisation model (_RECIPES), test-split models marked `split="test"`."""
+    out = []
+    index: dict[str, int] = {}
+    for spec, family, batch, seq, image_size in _GENERALISATION:
+        recipes = _RECIPES[family]
+        i = index[family] = index.get(family, -1) + 1
+        for j in (i % len(recipes), (i + len(recipes) // 2) % len(recipes)):
+            mode, precision, layout = recipes[j]
+            out.append(ValidationConfig(model=spec, family=family, batch=batch, mode=mode, precision=precision,
+                                        seq=seq, image_size=image_size, memory_format=layout,
+                                        split="test" if spec in TEST_MODELS else ""))
+    return out
+
+
+SETS = {"quick": quick_set, "full": full_set, "dry": dry_set, "host": host_set, "generalisation": generalisation_set}
 
 
 def get_set(name: str) -> list[ValidationConfig]:

@@ -228,3 +228,18 @@ def test_dry_run_real_code_path(tmp_path: Path):
     assert row["energy_j"] > 0 and row["energy_source"] == "dry_run"
     names = [op[0] for op in row["per_op"]["ops"]]
     assert "aten::embedding" in names and any("lstm" in n for n in names)
+
+
+def test_the_test_split_is_the_committed_seeded_draw():
+    """TEST_MODELS is random.Random(TEST_SPLIT_SEED)'s draw of a third of all validation models, all of them
+    new (none the profiles were fitted on), and every generalisation config of one is marked test."""
+    from calibration.validation_set import (MODELS, TEST_MODELS, draw_test_split, fitted_models,
+                                            generalisation_set)
+    assert tuple(TEST_MODELS) == draw_test_split()
+    configs = generalisation_set()
+    assert len(TEST_MODELS) * 3 >= len(MODELS) + len({c.model for c in configs})
+    assert not set(TEST_MODELS) & {m.spec for m in MODELS} and not set(TEST_MODELS) & set(fitted_models())
+    assert all((c.split == "test") == (c.model in TEST_MODELS) for c in configs)
+    assert {c.mode for c in configs} == {"inference", "training"} and any(c.memory_format == "channels_last"
+                                                                          for c in configs)
+    assert len({c.key for c in configs}) == len(configs)

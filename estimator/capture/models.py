@@ -57,15 +57,23 @@ class LoadedModel:
 
 # ---------------------------------------------------------------- public API
 
+MEMORY_FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
+
+
 def load_model(spec: str, *, batch: int = 1, seq: int | None = None, image_size: int | None = None,
-               device: str | torch.device = "meta", dtype: torch.dtype | None = None) -> LoadedModel:
+               device: str | torch.device = "meta", dtype: torch.dtype | None = None,
+               memory_format: str = "contiguous") -> LoadedModel:
     """Build the model named by `spec` with example inputs of batch size `batch`.
 
     seq: sequence length for transformers (default 128) and recurrent models (default 64).
     image_size: input height/width for vision models; passed to constructors that take it (ViT, MaxViT).
     device: "meta" (default: no weights materialised) or a real device for a randomly initialised model.
     dtype: cast floating-point parameters, buffers and inputs to this dtype.
+    memory_format: "channels_last" puts 4-D weights and inputs in NHWC, as `model.to(memory_format=...)` does
+        in a channels-last recipe (the trace then records the kernels' NHWC layouts).
     """
+    if memory_format not in MEMORY_FORMATS:
+        raise ModelSpecError(f"unknown memory_format {memory_format!r}; accepted: {', '.join(MEMORY_FORMATS)}")
     if not isinstance(spec, str) or not spec.strip():
         raise ModelSpecError(f"a model spec must be a non-empty string, got {spec!r}")
     if batch < 1:
@@ -89,6 +97,11 @@ def load_model(spec: str, *, batch: int = 1, seq: int | None = None, image_size:
     if dtype is not None:
         loaded.model.to(dtype=dtype)  # nn.Module.to(dtype) casts only floating-point tensors
         loaded.example_inputs = _cast_inputs(loaded.example_inputs, dtype)
+    if memory_format != "contiguous":
+        fmt = MEMORY_FORMATS[memory_format]
+        loaded.model.to(memory_format=fmt)   # converts 4-D parameters and buffers only
+        loaded.example_inputs = torch.utils._pytree.tree_map_only(
+            torch.Tensor, lambda t: t.contiguous(memory_format=fmt) if t.dim() == 4 else t, loaded.example_inputs)
     return loaded
 
 

@@ -138,14 +138,15 @@ def cross_profiles() -> dict[str, tuple[str, str]]:
 def trace_key(row: dict[str, Any]) -> tuple:
     """The arguments of trace_config that a validation row was measured with."""
     return (row["model"], int(row["batch"]), row.get("seq"), row.get("image_size"), row["mode"], row["precision"],
-            row.get("optimizer") or "adamw")
+            row.get("optimizer") or "adamw", row.get("memory_format") or "contiguous")
 
 
 def trace_config(model: str, batch: int, seq: int | None, image_size: int | None, mode: str, precision: str,
-                 optimizer: str = "adamw") -> Any:
+                 optimizer: str = "adamw", memory_format: str = "contiguous") -> Any:
     from ..capture.models import load_model
     from ..capture.trace import trace
-    loaded = load_model(model, batch=batch, seq=seq, image_size=image_size, device="meta")
+    loaded = load_model(model, batch=batch, seq=seq, image_size=image_size, device="meta",
+                        memory_format=memory_format)
     return trace(loaded.model, loaded.example_inputs, mode=mode, precision=precision, optimizer=optimizer,
                  name=loaded.name, batch=loaded.batch)
 
