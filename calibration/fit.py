@@ -360,7 +360,9 @@ def fit_category(samples: list[RowFeatures], parent: ResidualFit | None = None) 
     coef = np.zeros(x.shape[1])
     cov = np.zeros((x.shape[1], x.shape[1]))
     x_lo, x_hi = x.min(axis=0), x.max(axis=0)
+    log_lo, log_hi = float(y.min()), float(y.max())
     if parent is not None:
+        log_lo, log_hi = min(log_lo, parent.log_lo), max(log_hi, parent.log_hi)
         coef[:] = parent.coef
         cov[:] = parent.cov
         x_lo = np.minimum(x_lo, parent.x_lo) if parent.x_lo is not None else x_lo
@@ -380,7 +382,7 @@ def fit_category(samples: list[RowFeatures], parent: ResidualFit | None = None) 
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 and (parent or len(kept) > 1) else 0.0
     return ResidualFit(tuple(map(float, coef)), tuple(tuple(map(float, row)) for row in cov), sigma, r2, len(y),
-                       x_lo=tuple(map(float, x_lo)), x_hi=tuple(map(float, x_hi)))
+                       x_lo=tuple(map(float, x_lo)), x_hi=tuple(map(float, x_hi)), log_lo=log_lo, log_hi=log_hi)
 
 
 def fit_residuals(samples: list[RowFeatures]) -> dict[str, ResidualFit]:
@@ -707,9 +709,8 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
     with_holdout = {}
     for cat, fit in residuals.items():
         e = errs.get(cat, [])
-        with_holdout[cat] = ResidualFit(fit.coef, fit.cov, fit.sigma, fit.r2, fit.n,
-                                        float(np.median(e)) if e else None,
-                                        float(np.percentile(e, 90)) if e else None, fit.x_lo, fit.x_hi)
+        with_holdout[cat] = replace(fit, holdout_median_ape=float(np.median(e)) if e else None,
+                                    holdout_p90_ape=float(np.percentile(e, 90)) if e else None)
     prov = dict(provenance, power_model="fitted" if power else "prior (too few reliable power windows)")
     profile = Profile(**{**profile.__dict__, "residuals": with_holdout, "provenance": prov})
     if validation:

@@ -78,6 +78,8 @@ class ResidualFit:
     holdout_p90_ape: float | None = None
     x_lo: tuple[float, ...] | None = None     # feature range of the fitted data: predictions clip to it
     x_hi: tuple[float, ...] | None = None     # rather than extrapolate the regression
+    log_lo: float | None = None               # range of log(measured / roofline) the fitted data showed: the
+    log_hi: float | None = None               # correction (fit + local) never leaves it
 
 
 @dataclass(frozen=True)
@@ -187,9 +189,16 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
             if value is not None and (not isinstance(value, list) or len(value) != len(features)):
                 raise ProfileError(f"{w}: {key} must list {len(features)} numbers (one per feature)")
             bounds.append(tuple(float(v) for v in value) if value is not None else None)
+        log_range = [float(_need(fit, key, num, w)) if fit.get(key) is not None else None
+                     for key in ("log_lo", "log_hi")]
+        if None not in log_range and log_range[0] > log_range[1]:
+            raise ProfileError(f"{w}: log_lo {log_range[0]} exceeds log_hi {log_range[1]}")
+        if data.get("kind") == "measured" and None in (*bounds, *log_range):
+            raise ProfileError(f"{w}: a measured fit must store the feature range (x_lo, x_hi) and the log-time "
+                               "range (log_lo, log_hi) of its data; re-fit the profile with this gpuest")
         residuals[cat] = ResidualFit(coef, cov, float(_need(fit, "sigma", num, w)), float(_need(fit, "r2", num, w)),
                                      int(_need(fit, "n", int, w)), fit.get("holdout_median_ape"),
-                                     fit.get("holdout_p90_ape"), *bounds)
+                                     fit.get("holdout_p90_ape"), *bounds, *log_range)
     if "default" not in residuals:
         raise ProfileError(f"{where}: residuals needs a 'default' entry for categories without data")
     power = data.get("power")

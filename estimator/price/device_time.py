@@ -115,6 +115,7 @@ ROW_VECTOR = 4
 # 3.8 TB/s, above the DRAM's 3.35; benchmarks/kernel_facts.py), so an op's floor is the time of its other
 # bytes (dram_floor_s).
 RESIDUAL_CLIP = (0.0, np.log(500.0))
+EXTRAPOLATION_TOL = 1e-6              # feature units / log time by which clipping counts as extrapolating
 L2_ABSORBED_SHARE = 0.5
 Z90 = 1.6449                          # two-sided 90 % interval
 MAX_LOG_SD = 2.0                      # std of log time beyond which an interval is capped
@@ -137,6 +138,7 @@ class DeviceTimes:
     bound: np.ndarray                 # "compute" | "memory" | "latency" | "none"
     kernels: np.ndarray               # device operations per node: its kernels and a split reduction's memset
     features: np.ndarray              # (n, len(RESIDUAL_FEATURES)) residual regressors, all of them
+    extrapolated: np.ndarray          # priced outside its fit's data: a feature or the correction clipped
 
 
 def effective_math_modes(table: NodeTable, gpu: GPUSpec) -> tuple[np.ndarray, list[str]]:
@@ -407,21 +409,33 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     log_eff = np.zeros(len(table))
     coef_var = np.zeros(len(table))
     resid_var = np.zeros(len(table))
+    log_lo, log_hi = np.full(len(table), -np.inf), np.full(len(table), np.inf)
+    extrapolated = np.zeros(len(table), dtype=bool)
     fit_key = fit_keys(table, mode, profile.residuals)
     for key in set(fit_key.tolist()):
         sel = fit_key == key
         fit = profile.residuals[key]
         beta = np.asarray(fit.coef)
         cov = np.asarray(fit.cov)
-        xs = within_fit_range(fit, x[np.ix_(sel, cols)])
+        raw = x[np.ix_(sel, cols)]
+        xs = within_fit_range(fit, raw)
+        extrapolated[sel] = (np.abs(xs - raw) > EXTRAPOLATION_TOL).any(axis=1)
+        if fit.log_lo is not None and fit.log_hi is not None:
+            log_lo[sel], log_hi[sel] = fit.log_lo, fit.log_hi
         log_eff[sel] = xs @ beta
         # A robust fit's covariance of a near-singular design need not be PSD (clip tiny negatives),
         # and a 90 % interval wider than e^(Z90*MAX_LOG_SD) says "unknown" as well as a wider one would.
         coef_var[sel] = np.clip(np.einsum("ij,jk,ik->i", xs, cov, xs), 0.0, MAX_LOG_SD ** 2)
-        resid_var[sel] = min(fit.sigma, MAX_LOG_SD) ** 2
+        resid_var[sel] = fit.sigma ** 2
     if profile.residual_points:
         log_eff += local_corrections(x[:, cols], table.fit_op, mode, profile.residual_points)
-    log_eff = np.clip(log_eff, log_floor(compute, dram_s, roof), RESIDUAL_CLIP[1])
+    # The learned part corrects the analytic time only as far as its calibration data did.
+    bounded = np.clip(log_eff, log_lo, log_hi)
+    extrapolated |= np.abs(bounded - log_eff) > EXTRAPOLATION_TOL
+    # Outside its data a fit says little: the interval spans at least half the range its data showed.
+    half_range = np.where(np.isfinite(log_hi - log_lo), (log_hi - log_lo) / 2, MAX_LOG_SD)
+    resid_var = np.minimum(np.where(extrapolated, np.maximum(resid_var, half_range ** 2), resid_var), MAX_LOG_SD ** 2)
+    log_eff = np.clip(bounded, log_floor(compute, dram_s, roof), RESIDUAL_CLIP[1])
     active = ~(table.free | table.host_only)
     lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
     sync_s, grid_s, step_s, spilled_s = (seconds_or_prior(profile, key) for key in (
@@ -437,7 +451,7 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     times = DeviceTimes(compute, memory, roof, latency, device,
                         log_sd=share * np.sqrt(coef_var + resid_var), coef_sd=share * np.sqrt(coef_var),
                         peak_flops=peak, effective_mode=mode, work_flops=work, bound=bound, kernels=kernels,
-                        features=x)
+                        features=x, extrapolated=extrapolated & active)
     return times, notes
 
 

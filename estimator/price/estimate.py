@@ -297,8 +297,13 @@ def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = 
         "host_s": timeline.host_s, "issue_s": timeline.issue_s, "start_s": timeline.start_s,
         "wait_s": timeline.wait_s, "bound": node_bound,
         "share": d / max(device_total, 1e-30), "clock_mhz": np.broadcast_to(clocks, (n,)).astype(float),
-        "power_w": power_w, "energy_j": node_energy,
+        "power_w": power_w, "energy_j": node_energy, "extrapolated": times.extrapolated,
     })
+    if times.extrapolated.any():
+        share = float(d[times.extrapolated].sum() / max(device_total, 1e-30))
+        notes.append(f"{int(times.extrapolated.sum())} of {n} nodes ({share:.0%} of device time) lie outside the "
+                     "calibration data of their fit: their correction is clipped to what the data showed and "
+                     "their interval widened (per_node column 'extrapolated')")
     eff_clock = float((clocks * d).sum() / device_total) if device_total > 0 else clock_mhz
     phase_clocks = {p: float(clocks[table.phase == p][0]) for p in PHASES if (table.phase == p).any()}
     return Estimate(
