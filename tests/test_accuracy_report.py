@@ -155,3 +155,18 @@ def test_fresh_profile_is_judged_against_the_shipped_one_on_the_same_configs():
     assert row["n"] == 2 and row["shipped_mape"] == pytest.approx(3.0) and row["fresh_mape"] == pytest.approx(4.25)
     assert row["met"] is (4.25 <= 3.0 + A.FRESH_MARGIN_PP)
     assert "## A fresh 5-minute calibration" in "\n".join(A.fresh_markdown(df))
+
+
+def test_test_split_headline_counts_ratios_outside_the_bounds():
+    rec = lambda key, split, meas, pred, bound=True: {  # noqa: E731
+        "key": key, "gpu": "H100-SXM", "model": key, "predictor": "calibrated", "error": None, "split": split,
+        "heldout": False, "gpu_bound": bound, "meas_device_time": meas, "pred_device_time": pred,
+        "ape_device_time": abs(pred - meas) / meas * 100, "ape_energy": 4.0}
+    df = pd.DataFrame([rec("a", "test", 1.0, 1.04), rec("b", "test", 1.0, 2.5), rec("c", "test", 2.0, 1.1, False),
+                       rec("d", "", 1.0, 3.0)])
+    t = A.test_split_summary(df)
+    assert t["n_configs"] == 3 and t["outside_bounds"] == 1 and t["all_outside_bounds"] == 2
+    device = t["aims"][0]
+    assert device["n"] == 2 and device["mape_pct"] == pytest.approx((4 + 150) / 2) and device["met"] is False
+    assert list(t["worst_test"]["key"])[:2] == ["b", "c"] and list(t["worst_all"]["key"])[0] == "d"
+    assert "## Test split (headline)" in "\n".join(A.test_split_markdown(df))

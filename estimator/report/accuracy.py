@@ -64,6 +64,11 @@ AIMS = (
     ("cross-GPU device time, GPU-bound configs", "cross_gpu", "device_time", "gpu_bound", 12.0),
 )
 SPLITS = ("mode", "precision", "family", "gpu", "heldout_label")
+# The frozen test split (calibration.validation_set.TEST_MODELS): aims on its configs, the headline.
+TEST_AIMS = (("device time, GPU-bound configs", "device_time", True, 5.0),
+             ("energy per iteration, GPU-bound configs", "energy", True, 8.0))
+RATIO_BOUNDS = (0.5, 2.0)       # predicted / measured device time no config may leave
+WORST_SHOWN = 10
 
 
 # ================================================================== loading
@@ -236,7 +241,7 @@ def _record(row: dict[str, Any], predictor: str, pred: dict[str, Any], cross: di
     rec = {
         "key": row["key"], "gpu": row["gpu_canonical"], "model": row["model"], "family": row.get("family"),
         "batch": row["batch"], "mode": row["mode"], "precision": row["precision"],
-        "heldout": bool(row.get("heldout")), "predictor": predictor,
+        "heldout": bool(row.get("heldout")), "predictor": predictor, "split": row.get("split") or "",
         "heldout_label": "held-out" if row.get("heldout") else "fitted",
         "error": pred.get("error"), "profile_source": pred.get("profile_source"),
         "note": BUSY_WITH_ANNOTATIONS_NOTE if busy_spans_annotations(row) else "",
@@ -397,6 +402,53 @@ def _si_time(s: float | None) -> str:
     return f"{s * 1e3:.3f} ms"
 
 
+def test_split_summary(df: pd.DataFrame) -> dict[str, Any]:
+    """The calibrated predictor on the frozen test split: the TEST_AIMS, predicted / measured device time
+    of every test config, how many leave RATIO_BOUNDS, and the WORST_SHOWN configs by ratio (test split
+    and all rows)."""
+    if not len(df):
+        return {}
+    cal = df[(df["predictor"] == "calibrated") & df["error"].isna()].copy()
+    cal["ratio"] = cal["pred_device_time"] / cal["meas_device_time"]
+    test = cal[cal["split"] == "test"]
+    worst = lambda d: d.reindex(np.abs(np.log(d["ratio"])).sort_values(ascending=False).index).head(WORST_SHOWN)  # noqa: E731
+    aims = []
+    for name, q, bound_only, target in TEST_AIMS:
+        sub = test[test["gpu_bound"]] if bound_only else test
+        ape = sub[f"ape_{q}"].dropna()
+        mape = float(ape.mean()) if len(ape) else None
+        aims.append({"aim": name, "target_pct": target, "mape_pct": mape, "n": int(len(ape)),
+                     "met": None if mape is None else mape <= target})
+    outside = test[(test["ratio"] < RATIO_BOUNDS[0]) | (test["ratio"] > RATIO_BOUNDS[1])]
+    return {"n_configs": int(len(test)), "n_models": int(test["model"].nunique()), "aims": aims,
+            "outside_bounds": int(len(outside)), "worst_test": worst(test), "worst_all": worst(cal),
+            "all_outside_bounds": int(((cal["ratio"] < RATIO_BOUNDS[0]) | (cal["ratio"] > RATIO_BOUNDS[1])).sum())}
+
+
+def test_split_markdown(df: pd.DataFrame) -> list[str]:
+    t = test_split_summary(df)
+    if not t or not t["n_configs"]:
+        return []
+    L = ["## Test split (headline)", "",
+         f"The frozen test split: {t['n_models']} models of families the profiles never saw, drawn by a seeded random "
+         "sample before any was measured (`calibration.validation_set.TEST_MODELS`); never used to fit, tune or "
+         f"choose anything. {t['n_configs']} configs, calibrated predictor.", ""]
+    rows = [[a["aim"], f"≤ {a['target_pct']:g} %", _pct(a["mape_pct"]), a["n"],
+             "no data" if a["met"] is None else ("**met**" if a["met"] else "**not met**")] for a in t["aims"]]
+    rows.append([f"predicted / measured device time within [{RATIO_BOUNDS[0]:g}, {RATIO_BOUNDS[1]:g}]", "every config",
+                 f"{t['outside_bounds']} outside", t["n_configs"], "**met**" if not t["outside_bounds"] else "**not met**"])
+    L += [_md_table(["aim", "target", "MAPE", "n", "status"], rows), ""]
+    for title, frame in ((f"Worst {WORST_SHOWN} test configs by predicted / measured device time", t["worst_test"]),
+                         (f"Worst {WORST_SHOWN} configs of all rows by the same ratio "
+                          f"({t['all_outside_bounds']} outside [{RATIO_BOUNDS[0]:g}, {RATIO_BOUNDS[1]:g}])",
+                          t["worst_all"])):
+        L += [f"**{title}**", "", _md_table(
+            ["config", "GPU", "split", "measured device", "predicted device", "ratio"],
+            [[f"`{r.key}`", r.gpu, r.split or ("held-out" if r.heldout else "fitted"), _si_time(r.meas_device_time),
+              _si_time(r.pred_device_time), f"{r.ratio:.2f}"] for r in frame.itertuples(index=False)]), ""]
+    return L
+
+
 def fresh_comparison(df: pd.DataFrame) -> list[dict[str, Any]]:
     """Per GPU with a fresh profile: GPU-bound device-time MAPE of the shipped (calibrated) and the fresh
     profile over the same configs, and whether the fresh one is within FRESH_MARGIN_PP."""
@@ -484,6 +536,7 @@ def render_markdown(*, metrics: dict[str, Any], aims: list[dict[str, Any]], df: 
         aim_rows.append([a["aim"], a["scope"], f"≤ {a['target_pct']:g} %", _pct(a["mape_pct"]), a["n"], status])
     L.append(_md_table(["aim", "scope", "target", "MAPE", "n", "status"], aim_rows))
     L.append("")
+    L.extend(test_split_markdown(df))
     cal = metrics.get("calibrated", {})
     if cal:
         sources = cal.get("profile_sources", {})
@@ -716,6 +769,7 @@ def build_report(result_files: list[Path], out_md: Path, *, png: Path | None = N
         "predictors": metrics, "aims": aims, "per_op": per_op,
         "gpu_bound_fraction": GPU_BOUND_FRACTION, "cross_gpu": {k: list(v) for k, v in cross.items()},
         "records": df.to_dict(orient="records") if len(df) else [], "fresh": fresh_comparison(df),
+        "test_split": {k: v for k, v in test_split_summary(df).items() if not k.startswith("worst")},
     }
 
 
@@ -750,6 +804,10 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({k: v for k, v in metrics.items() if k != "records"}, indent=2,
                                         default=str))
     print(f"wrote {args.out}" + (f" and {png}" if png else "") + f" ({metrics['n_rows']} rows)")
+    for a in metrics["test_split"].get("aims", []):
+        print(f"  test split {a['aim']}: {_pct(a['mape_pct'])} (target <= {a['target_pct']:g} %, n={a['n']})")
+    if metrics["test_split"]:
+        print(f"  test split configs outside {RATIO_BOUNDS}: {metrics['test_split']['outside_bounds']}")
     for r in metrics["fresh"]:
         print(f"  fresh {r['gpu']} profile: GPU-bound device time {_pct(r['fresh_mape'])} against the shipped "
               f"{_pct(r['shipped_mape'])} (n={r['n']}): {'met' if r['met'] else 'NOT met'}")
