@@ -777,6 +777,46 @@ def _softmax_rows(out: list[Benchmark], mode: str, r: int, c: int) -> None:
              fwd, leaves, 1, _est(5.0 * r * c, nb), _est(3.0 * r * c, 1.5 * nb))
 
 
+def _batch_norm_layouts(out: list[Benchmark]) -> None:
+    """Batch norm in the layouts other recipes run, training (forward, backward) and eval: channels-last
+    (NHWC) CNN activations, whose kernels read across channels, and BatchNorm1d over (N, C) tokens and
+    (N, C, L) sequences."""
+    nhwc = [((32, 64, 112, 112), True), ((128, 256, 56, 56), True), ((128, 512, 28, 28), True),
+            ((128, 1024, 14, 14), True), ((128, 2048, 7, 7), True), ((8, 96, 56, 56), True)]
+    flat = [((65536, 384), False), ((12544, 128), False), ((64, 256, 1024), False), ((256, 64, 4096), False)]
+    for mode in ("fp32", "bf16", "bf16mix"):
+        dt = DTYPES[mode.removesuffix("mix")]
+        pt = torch.float32 if mode.endswith("mix") else dt
+        for shape, channels_last in nhwc + flat:
+            numel, c = math.prod(shape), shape[1]
+
+            def leaves(device: torch.device, seed: int, i: int, shape=shape, dt=dt, pt=pt,
+                       channels_last=channels_last) -> tuple:
+                dims = tuple(_d(d, device, 4 if k == 1 else 6) for k, d in enumerate(shape))
+                x = _randn(dims, dt, device, seed, i)
+                x = x.contiguous(memory_format=torch.channels_last) if channels_last else x
+                cc = dims[1]
+                return (x, torch.ones(cc, dtype=pt, device=device), torch.zeros(cc, dtype=pt, device=device),
+                        torch.zeros(cc, dtype=pt, device=device), torch.ones(cc, dtype=pt, device=device))
+
+            def bn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, rm: torch.Tensor, rv: torch.Tensor) \
+                    -> torch.Tensor:
+                return F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1)
+
+            def bn_eval(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, rm: torch.Tensor, rv: torch.Tensor) \
+                    -> torch.Tensor:
+                return F.batch_norm(x, rm, rv, w, b, training=False)
+            layout = "nhwc" if channels_last else f"{len(shape)}d"
+            params = {"dtype": mode, "shape": list(shape), "memory_format": layout}
+            tag = f"{layout}_{mode}_" + "x".join(map(str, shape))
+            _fwd_bwd(out, "batchnorm", tag, "norm", "batch_norm", params, bn, leaves, 3,
+                     _est(5.0 * numel, 3.0 * numel * dt.itemsize), _est(8.0 * numel, 4.0 * numel * dt.itemsize))
+            out.append(Benchmark(f"batchnorm_eval_{tag}", "norm", {"op": "batch_norm_eval", **params},
+                                 lambda device, seed, leaves=leaves, fn=bn_eval:
+                                 Built(fn, lambda i: leaves(device, seed, i)),
+                                 est_ms=_est(2.0 * numel, 2.0 * numel * dt.itemsize)))
+
+
 def _norm(out: list[Benchmark]) -> None:
     # batch norm (training statistics), NCHW; "bf16mix" is what autocast runs: bf16 activations with the
     # module's fp32 weight and running statistics (PyTorch's native kernels, not cuDNN's)
@@ -814,6 +854,7 @@ def _norm(out: list[Benchmark]) -> None:
                                  lambda device, seed, leaves=leaves, fn=bn_eval:
                                  Built(fn, lambda i: leaves(device, seed, i)),
                                  est_ms=_est(2.0 * numel, 2.0 * numel * dt.itemsize)))
+    _batch_norm_layouts(out)
     # layer norm over the last dim
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
