@@ -147,11 +147,13 @@ def test_fresh_profile_is_judged_against_the_shipped_one_on_the_same_configs():
     """The fresh predictor's MAPE is taken over the GPU-bound configs both priced, and meets its aim
     within FRESH_MARGIN_PP of the shipped profile's."""
     rec = lambda key, predictor, ape, bound=True: {"key": key, "gpu": "H100-SXM", "predictor": predictor,  # noqa: E731
-                                                   "error": None, "gpu_bound": bound, "ape_device_time": ape}
+                                                   "error": None, "gpu_bound": bound, "ape_device_time": ape,
+                                                   "set": "full"}
     df = pd.DataFrame([rec("a", "calibrated", 2.0), rec("a", "fresh", 3.0), rec("b", "calibrated", 4.0),
                        rec("b", "fresh", 5.5), rec("c", "calibrated", 1.0),  # no fresh price: not compared
                        rec("d", "calibrated", 1.0, False), rec("d", "fresh", 90.0, False)])
-    (row,) = A.fresh_comparison(df)
+    row, everything = A.fresh_comparison(df)
+    assert row["configs"] == "validation set" and everything["configs"] == "all" and everything["n"] == row["n"]
     assert row["n"] == 2 and row["shipped_mape"] == pytest.approx(3.0) and row["fresh_mape"] == pytest.approx(4.25)
     assert row["met"] is (4.25 <= 3.0 + A.FRESH_MARGIN_PP)
     assert "## A fresh 5-minute calibration" in "\n".join(A.fresh_markdown(df))

@@ -242,6 +242,7 @@ def _record(row: dict[str, Any], predictor: str, pred: dict[str, Any], cross: di
         "key": row["key"], "gpu": row["gpu_canonical"], "model": row["model"], "family": row.get("family"),
         "batch": row["batch"], "mode": row["mode"], "precision": row["precision"],
         "heldout": bool(row.get("heldout")), "predictor": predictor, "split": row.get("split") or "",
+        "set": row.get("set") or "",
         "heldout_label": "held-out" if row.get("heldout") else "fitted",
         "error": pred.get("error"), "profile_source": pred.get("profile_source"),
         "note": BUSY_WITH_ANNOTATIONS_NOTE if busy_spans_annotations(row) else "",
@@ -455,13 +456,18 @@ def fresh_comparison(df: pd.DataFrame) -> list[dict[str, Any]]:
     if not len(df) or "fresh" not in set(df["predictor"]):
         return []
     out = []
-    ok = df[df["error"].isna() & df["gpu_bound"]]
+    ok = df[df["error"].isna() & df["gpu_bound"]].copy()
+    ok["configs"] = np.where(ok["set"] == "generalisation", "generalisation set", "validation set")
     for gpu in sorted(set(ok.loc[ok["predictor"] == "fresh", "gpu"])):
-        both = ok[ok["gpu"] == gpu].pivot_table(index="key", columns="predictor", values="ape_device_time")
-        both = both[["calibrated", "fresh"]].dropna()
-        shipped, fresh = float(both["calibrated"].mean()), float(both["fresh"].mean())
-        out.append({"gpu": gpu, "n": len(both), "shipped_mape": shipped, "fresh_mape": fresh,
-                    "met": fresh <= shipped + FRESH_MARGIN_PP})
+        for configs in ("validation set", "generalisation set", "all"):
+            sub = ok[(ok["gpu"] == gpu) & ((ok["configs"] == configs) | (configs == "all"))]
+            both = sub.pivot_table(index="key", columns="predictor", values="ape_device_time")
+            if not {"calibrated", "fresh"} <= set(both.columns):
+                continue
+            both = both[["calibrated", "fresh"]].dropna()
+            shipped, fresh = float(both["calibrated"].mean()), float(both["fresh"].mean())
+            out.append({"gpu": gpu, "configs": configs, "n": len(both), "shipped_mape": shipped, "fresh_mape": fresh,
+                        "met": fresh <= shipped + FRESH_MARGIN_PP})
     return out
 
 
@@ -469,15 +475,17 @@ def fresh_markdown(df: pd.DataFrame) -> list[str]:
     rows = fresh_comparison(df)
     if not rows:
         return []
-    table = [[r["gpu"], r["n"], _pct(r["shipped_mape"]), _pct(r["fresh_mape"]),
+    table = [[r["gpu"], r["configs"], r["n"], _pct(r["shipped_mape"]), _pct(r["fresh_mape"]),
               f"{r['fresh_mape'] - r['shipped_mape']:+.1f} pp", "**met**" if r["met"] else "**not met**"]
              for r in rows]
     return ["## A fresh 5-minute calibration against the shipped profile", "",
             "`fresh`: the profile `gpuest fit` made of one default `gpuest calibrate` run (its micro-benchmarks and "
             "host probes alone), pricing the same configs as the shipped profile. Aim: GPU-bound device-time MAPE "
             f"within {FRESH_MARGIN_PP:g} percentage point of the shipped profile's.", "",
-            _md_table(["GPU", "GPU-bound configs", "shipped profile MAPE", "fresh profile MAPE", "difference",
-                       "status"], table), ""]
+            "The validation set is the 21 models the shipped profile's host costs were fitted on; the "
+            "generalisation set (issue 25) was measured after both profiles were made.", "",
+            _md_table(["GPU", "configs", "GPU-bound configs", "shipped profile MAPE", "fresh profile MAPE",
+                       "difference", "status"], table), ""]
 
 
 def render_markdown(*, metrics: dict[str, Any], aims: list[dict[str, Any]], df: pd.DataFrame,
@@ -809,8 +817,8 @@ def main(argv: list[str] | None = None) -> int:
     if metrics["test_split"]:
         print(f"  test split configs outside {RATIO_BOUNDS}: {metrics['test_split']['outside_bounds']}")
     for r in metrics["fresh"]:
-        print(f"  fresh {r['gpu']} profile: GPU-bound device time {_pct(r['fresh_mape'])} against the shipped "
-              f"{_pct(r['shipped_mape'])} (n={r['n']}): {'met' if r['met'] else 'NOT met'}")
+        print(f"  fresh {r['gpu']} profile, {r['configs']}: GPU-bound device time {_pct(r['fresh_mape'])} against "
+              f"the shipped {_pct(r['shipped_mape'])} (n={r['n']}): {'met' if r['met'] else 'NOT met'}")
     for a in metrics["aims"]:
         status = "no data" if a["met"] is None else ("met" if a["met"] else "NOT met")
         print(f"  {a['aim']} [{a['scope']}]: {_pct(a['mape_pct'])} (target <= {a['target_pct']:g} %, "
