@@ -406,3 +406,22 @@ def test_power_is_fitted_on_windows_the_gpu_was_busy_through():
     assert busy_through_window({**plain, "busy_ms": 0.95})
     assert not busy_through_window({**plain, "busy_ms": POWER_BUSY_FRACTION * 0.9})
     assert not busy_through_window({**plain, "nodes": [{**node, "host_syncs": 1}]})
+
+
+def test_the_host_fit_of_one_calibration_run_keeps_each_phase_scale_bounded():
+    """A default calibration's eight host probes are few runs for six host terms: the fit may not drive a
+    phase's dispatch scale to zero and hand its time to another term (HOST_SCALE_BOUNDS)."""
+    from calibration.fit import HOST_SCALE_BOUNDS, fit_profile, load_raw, load_validation
+    from estimator.profile import prior_profile
+    root = Path(__file__).resolve().parents[1] / "data/calibration/fresh"
+    raw = load_raw(root / "H100-SXM-quick.jsonl")
+    fitted = fit_profile(raw, retrace=False, validation=load_validation(root / "H100-SXM-quick.jsonl.host.jsonl"))
+    assert fitted.provenance["host_fit_runs"] == 8
+    lo, hi = HOST_SCALE_BOUNDS
+    assert lo / hi <= fitted.host_backward_factor <= hi / lo
+    unfitted = fit_profile(raw, retrace=False)
+    scaled = (set(fitted.host_op_s) & set(unfitted.host_op_s)) - {"module_call", "autocast", "graph_launch"}
+    assert "default" in scaled and "conv" in scaled
+    for key in scaled:
+        ratio = fitted.host_op_s[key] / unfitted.host_op_s[key]
+        assert lo * (1 - 1e-9) <= ratio <= hi * (1 + 1e-9), key
