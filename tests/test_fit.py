@@ -38,6 +38,12 @@ def _nodes(fn, *shapes, dtype=torch.bfloat16):
     return [d for _, d in g.nodes(data=True) if not d["free"]]
 
 
+# What the runner records about the machine; a measured profile without it does not load.
+SYNTHETIC_PROVENANCE = {"gpu_name": "synthetic H100", "driver_version": "0", "torch_cuda_version": "0",
+                        "cudnn_version": 90100, "torch_version": torch.__version__, "date": "2026-01-01",
+                        "command": "synthetic_rows()"}
+
+
 def synthetic_rows(gpu_name: str = "H100", seed: int = 0) -> RawData:
     gpu = get_gpu(gpu_name)
     rng = np.random.default_rng(seed)
@@ -56,7 +62,7 @@ def synthetic_rows(gpu_name: str = "H100", seed: int = 0) -> RawData:
         rows.append({"name": f"{cat}{i}", "category": cat, "holdout": i % 5 == 4, "nodes": nodes,
                      "kind": "latency" if cat == "latency" else "device", "timing_method": "events_queued",
                      "time_ms_median": t * 1e3, "error": None, "dry_run": False})
-    return RawData({"catalog_gpu": gpu.name, "idle_power_w": 70.0}, rows)
+    return RawData({"catalog_gpu": gpu.name, "idle_power_w": 70.0, **SYNTHETIC_PROVENANCE}, rows)
 
 
 def test_fit_recovers_latency_and_efficiency(tmp_path):

@@ -71,7 +71,7 @@ def test_every_shipped_fit_stores_its_bounds():
 
 
 def test_a_node_outside_its_data_is_marked_counted_and_widened():
-    est = estimator.estimate(_graph("inference", "fp16-mixed", True), gpu="H100")
+    est = estimator.estimate(_graph("training", "bf16-mixed", True), gpu="H100")
     nodes = est.per_node[~est.per_node["free"]]
     assert nodes["extrapolated"].any() and any("outside the calibration data" in n for n in est.notes)
     priced = nodes[nodes["latency_s"] < 0.5 * nodes["time_s"]]   # the fit, not launch latency, sets the time
