@@ -1279,6 +1279,109 @@ def _probes(out: list[Benchmark]) -> None:
                              _simple(fn, shapes, [torch.float32] * len(shapes)), kind="host_dispatch", est_ms=0.01))
 
 
+def _nhwc_spatial(out: list[Benchmark]) -> None:
+    """Pooling, upsampling and per-channel elementwise ops on channels-last (NHWC) activations, the
+    layout channels-last recipes hand them: their kernels index channels fastest, unlike NCHW's."""
+    shapes = [(64, 64, 112), (128, 256, 28), (32, 512, 14)]
+    spatial = {"maxpool": (lambda x: F.max_pool2d(x, 3, 2, 1), "max_pool2d_3x3s2"),
+               "avgpool2x2": (lambda x: F.avg_pool2d(x, 2), "avg_pool2d_2x2"),
+               "upsample_nearest": (lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), "upsample_nearest2d"),
+               "upsample_bilinear": (lambda x: F.interpolate(x, scale_factor=2, mode="bilinear",
+                                                              align_corners=False), "upsample_bilinear2d")}
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for n, c, hw in shapes:
+            numel = n * c * hw * hw
+
+            def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, dt=dt) -> tuple:
+                x = _randn(_nchw(device, n, c, hw), dt, device, seed, i)
+                return (x.contiguous(memory_format=torch.channels_last),)
+            params = {"dtype": mode, "batch": n, "channels": c, "hw": hw, "memory_format": "nhwc"}
+            tag = f"nhwc_{mode}_n{n}_c{c}_hw{hw}"
+            for prefix, (fn, opname) in spatial.items():
+                grows = 4.0 if prefix.startswith("upsample") else 1.0
+                _fwd_bwd(out, prefix, tag, "pool", opname, params, fn, leaves, 1,
+                         _est(grows * numel, (1.0 + grows) * numel * dt.itemsize),
+                         _est(grows * numel, (1.0 + grows) * numel * dt.itemsize))
+
+            def build_squeeze(device: torch.device, seed: int, leaves=leaves) -> Built:
+                return Built(lambda x: F.adaptive_avg_pool2d(x, 1), lambda i: leaves(device, seed, i))
+
+            def build_scale(device: torch.device, seed: int, leaves=leaves, dt=dt) -> Built:
+                def make_set(i: int) -> tuple:
+                    x, = leaves(device, seed, i)
+                    return x, _randn((*x.shape[:2], 1, 1), dt, device, seed, 1000 + i)
+                return Built(torch.mul, make_set)
+
+            def build_bias(device: torch.device, seed: int, leaves=leaves, dt=dt) -> Built:
+                def make_set(i: int) -> tuple:
+                    x, = leaves(device, seed, i)
+                    return x, _randn((1, x.shape[1], 1, 1), dt, device, seed, 1000 + i)
+                return Built(torch.Tensor.add_, make_set)
+            out.append(Benchmark(f"adaptive_avgpool_{tag}", "pool", {"op": "adaptive_avg_pool2d", **params},
+                                 build_squeeze, est_ms=_est(numel, numel * dt.itemsize)))
+            out.append(Benchmark(f"ew_channel_scale_{tag}", "elementwise", {"op": "mul", **params}, build_scale,
+                                 est_ms=_est(numel, 2.0 * numel * dt.itemsize)))
+            out.append(Benchmark(f"ew_bias_add_{tag}", "elementwise", {"op": "add_", **params}, build_bias,
+                                 est_ms=_est(numel, 2.0 * numel * dt.itemsize)))
+
+
+class _Float16ForBfloat16(torch.overrides.TorchFunctionMode):
+    """Every torch call made under it gets float16 wherever it asked for bfloat16 (factories, `.to`)."""
+
+    def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        swap = lambda v: torch.float16 if v is torch.bfloat16 else v  # noqa: E731
+        return func(*map(swap, args), **{k: swap(v) for k, v in (kwargs or {}).items()})
+
+
+class _InFloat16(torch.nn.Module):
+    """Runs a traced module with bfloat16 requests turned into float16, as its fp16 twin was built."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args: Any) -> Any:
+        with _Float16ForBfloat16():
+            return self.inner(*args)
+
+
+def _in_float16(spec: TraceSpec | None) -> TraceSpec | None:
+    if spec is None:
+        return None
+    return TraceSpec(_InFloat16(spec.module), spec.inputs, spec.mode, spec.optimizer, spec.loss_fn, spec.phases,
+                     _in_float16(spec.skip))
+
+
+def _fp16_twin(b: Benchmark) -> Benchmark:
+    """`b` (a bf16 benchmark) with float16 wherever it makes bfloat16: fp16 autocast and fp16 weights run
+    their own kernels (other tile shapes, no bf16 rounding), and the suite measures both 16-bit types."""
+    def build(device: torch.device, seed: int) -> Built:
+        with _Float16ForBfloat16():
+            built = b.build(device, seed)
+
+        def make_set(i: int) -> tuple:
+            with _Float16ForBfloat16():
+                return built.make_set(i)
+        return Built(built.fn, make_set, _in_float16(built.trace), built.bytes_per_set, built.max_sets)
+    params = {k: v.replace("bf16", "fp16") if isinstance(v, str) else v for k, v in b.params.items()}
+    return Benchmark(b.name.replace("bf16", "fp16"), b.category, params, build, kind=b.kind, est_ms=b.est_ms,
+                     matmul_tf32=b.matmul_tf32, cudnn_tf32=b.cudnn_tf32, trace_cost_s=b.trace_cost_s,
+                     host_paced=b.host_paced)
+
+
+FP16_TWIN_CATEGORIES = ("conv", "norm", "elementwise", "reduction", "pool", "embedding")
+FP16_TWIN_SHARE = 5             # one bf16 benchmark in this many (by name hash) gets an fp16 twin
+
+
+def _fp16_twins(grid: list[Benchmark]) -> list[Benchmark]:
+    """fp16 twins of an even, name-hashed share of the bf16 benchmarks of the categories whose bf16 rows
+    have no fp16 counterpart (matmul and attention measure fp16 shapes of their own)."""
+    return [_fp16_twin(b) for b in grid
+            if b.category in FP16_TWIN_CATEGORIES and b.kind == "device" and "bf16" in b.name
+            and "fp32" not in b.name and _stable_hash("fp16:" + b.name) % FP16_TWIN_SHARE == 0]
+
+
 # ---------------------------------------------------------------- the grid
 
 def _stable_hash(name: str) -> int:
@@ -1294,8 +1397,9 @@ def all_benchmarks(categories: Iterable[str] | None = None) -> list[Benchmark]:
     """
     grid: list[Benchmark] = []
     for family in (_matmul, _conv, _attention, _rnn, _elementwise, _activations_in_place, _reduction, _norm, _pool,
-                   _embedding, _copy, _optimizer, _probes):
+                   _embedding, _copy, _optimizer, _probes, _nhwc_spatial):
         family(grid)
+    grid += _fp16_twins(grid)
     by_cat: dict[str, list[Benchmark]] = {}
     for b in grid:
         by_cat.setdefault(b.category, []).append(b)

@@ -52,8 +52,9 @@ class Cost:
     window: for sliding-window ops (convolution, pooling) the kernel's spatial area (3x3 -> 9), 0
         otherwise. A 1x1 convolution is a plain GEMM; a larger window gathers its operand (implicit
         im2col) and re-reads each input element window/stride^2 times.
-    channels_last: a convolution's activation is stored channels-innermost (NHWC), which selects other
-        (cuDNN NHWC) kernels than NCHW data does.
+    channels_last: the op's activation is stored channels-innermost (NHWC), which selects other kernels
+        than NCHW data does: convolutions and norms, and (records_layout) pooling/resampling and
+        elementwise ops that broadcast a per-channel operand.
     gemm_plane: for a 1x1 convolution that keeps the spatial size (stride 1, no padding) and is not
         grouped, the elements of one activation plane (H * W); 0 otherwise. Such a convolution of NCHW
         data is a batched GEMM over the planes as stored, which cuDNN runs in place when a plane is a
@@ -208,7 +209,16 @@ class CostRegistry:
         fn = self.lookup(call.func)
         if fn is None:
             return generic_cost(call, category="other", supported=False)
-        return fn(call)
+        cost = fn(call)
+        if not cost.channels_last and records_layout(cost) and is_channels_last(next(iter(call.inputs), None)):
+            cost = replace(cost, channels_last=True)
+        return cost
+
+
+def records_layout(cost: Cost) -> bool:
+    """Whether the kernel behind `cost` indexes by channel, so an NHWC input selects another kernel: pooling
+    and resampling windows, and elementwise ops that broadcast a per-channel operand."""
+    return cost.category == "pool" or (cost.category == "elementwise" and cost.broadcast)
 
 
 REGISTRY = CostRegistry()

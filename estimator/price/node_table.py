@@ -39,7 +39,7 @@ class NodeTable:
     permuted: np.ndarray      # bool: reads an input in another memory order than it writes (transposing copy)
     read_amplification: np.ndarray  # sectors a permuted op's loop block reads / sectors its bytes fill (>= 1)
     window: np.ndarray        # sliding-window area of convolutions and pooling (kh * kw); 0 otherwise
-    channels_last: np.ndarray # bool: a convolution on NHWC-stored activations
+    channels_last: np.ndarray # bool: the op reads NHWC-stored activations (Cost.channels_last)
     gemm_plane: np.ndarray    # H * W of a 1x1 stride-1 ungrouped convolution (a GEMM over NCHW planes); else 0
     mixed_dtypes: np.ndarray  # bool: reads floating tensors of more than one dtype
     broadcast: np.ndarray     # bool: a streaming op reading a smaller tensor expanded to the output
