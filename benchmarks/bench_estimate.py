@@ -9,7 +9,7 @@ import time
 import torch
 import torchvision
 
-import estimator
+import gpuest
 
 TARGET_ESTIMATE_S = 0.050
 TARGET_COMPARE_S = 0.5
@@ -28,13 +28,13 @@ def main() -> int:
     with torch.device("meta"):
         model = torchvision.models.resnet50()
     t0 = time.perf_counter()
-    g = estimator.trace(model, (torch.empty(64, 3, 224, 224, device="meta"),), mode="training",
+    g = gpuest.trace(model, (torch.empty(64, 3, 224, 224, device="meta"),), mode="training",
                         precision="bf16-mixed", name="resnet50", batch=64)
     trace_s = time.perf_counter() - t0
-    estimator.estimate(g, "H100")  # first call builds the node table (cached per graph)
-    est_best, est_med = best_of(lambda: estimator.estimate(g, "H100"))
-    gpus = [s.name for s in estimator.list_gpus()][:15]
-    cmp_best, cmp_med = best_of(lambda: estimator.compare(g, gpus), repeats=3)
+    gpuest.estimate(g, "H100")  # first call builds the node table (cached per graph)
+    est_best, est_med = best_of(lambda: gpuest.estimate(g, "H100"))
+    gpus = [s.name for s in gpuest.list_gpus()][:15]
+    cmp_best, cmp_med = best_of(lambda: gpuest.compare(g, gpus), repeats=3)
     print(f"trace resnet50 training b64 (bf16-mixed): {trace_s * 1e3:.0f} ms, {g.number_of_nodes()} nodes")
     print(f"estimate on H100: best {est_best * 1e3:.1f} ms, median {est_med * 1e3:.1f} ms "
           f"(target <= {TARGET_ESTIMATE_S * 1e3:.0f} ms)")

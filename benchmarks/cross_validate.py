@@ -9,7 +9,7 @@ pooling, the local correction) on ten times the rows. Folds are fixed by a hash 
     python3 benchmarks/cross_validate.py --markdown docs/CROSS_VALIDATION.md   # also write the tables
 
 Prints the median and 90th-percentile absolute error per category, with the local correction
-(estimator.price.local_correction) and without it, and the mean over categories of the medians.
+(gpuest.price.local_correction) and without it, and the mean over categories of the medians.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from calibration.fit import (calibration_samples, fit_profile, fit_residual_points,  # noqa: E402
+from gpuest.calibrate.fit import (calibration_samples, fit_profile, fit_residual_points,  # noqa: E402
                              fit_residuals, holdout_errors, load_raw)
 
 DEFAULT_DATA = [ROOT / "data/calibration/H100-SXM.jsonl", ROOT / "data/calibration/H200.jsonl"]
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
           f"predicted by a fit of the other folds ({args.folds} folds, fixed by a hash of the benchmark name): the "
           "held-out shapes of docs/ACCURACY.md are a few per category, this scores all of them. Errors are absolute "
           "percentage errors; `regression` is the residual fit alone, `+ local` adds the local correction "
-          "(estimator.price.local_correction), as the shipped profiles price.", ""]
+          "(gpuest.price.local_correction), as the shipped profiles price.", ""]
     for path in args.data:
         result = cross_validate(path, args.folds)
         print(f"{path.name}: {args.folds}-fold cross-validation, median / p90 absolute error (%)")

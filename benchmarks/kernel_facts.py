@@ -35,10 +35,10 @@ def _us(row: dict) -> float:
 
 
 def causal_pairs(gpu: str, rows: dict[str, dict]) -> str:
-    from calibration.retrace import retrace_nodes
-    from estimator.catalog import get_gpu
-    from estimator.price.device_time import effective_math_modes, executed_flops
-    from estimator.price.node_table import NodeTable
+    from gpuest.calibrate.retrace import retrace_nodes
+    from gpuest.catalog import get_gpu
+    from gpuest.price.device_time import effective_math_modes, executed_flops
+    from gpuest.price.node_table import NodeTable
 
     names = [n for n in rows if n.startswith("sdpa_") and n.endswith("_causal") and n[:-7] in rows]
     nodes = retrace_nodes(names, jobs=1)
@@ -73,8 +73,8 @@ def copies(rows: dict[str, dict]) -> str:
 def permuted_reads(gpu: str, rows: dict[str, dict]) -> str:
     """Permuted copies' time over their memory roofline, by data type and read amplification (the sectors a
     block of the strided loop reads over those its bytes fill, Cost.read_amplification)."""
-    from calibration.retrace import retrace_nodes
-    from estimator.catalog import get_gpu
+    from gpuest.calibrate.retrace import retrace_nodes
+    from gpuest.catalog import get_gpu
 
     names = [n for n, r in rows.items() if r.get("category") == "copy"]
     nodes = retrace_nodes(names, jobs=1)
@@ -116,8 +116,8 @@ def odd_rows(rows: dict[str, dict]) -> str:
 
 def reductions(gpu: str, rows: dict[str, dict]) -> str:
     """Reductions against their memory roofline: short contiguous rows, few long columns, and the fixed
-    cost of a full reduction whatever its dtype (estimator/price/reduce_launch.py)."""
-    from estimator.catalog import get_gpu
+    cost of a full reduction whatever its dtype (gpuest/price/reduce_launch.py)."""
+    from gpuest.catalog import get_gpu
     bw = get_gpu(gpu).memory_bandwidth_bytes_per_s
 
     def x_roof(name: str) -> float:
@@ -131,9 +131,9 @@ def reductions(gpu: str, rows: dict[str, dict]) -> str:
 
 
 def embedding_lookups(rows: dict[str, dict]) -> str:
-    """Embedding lookups beyond their bytes (GATHER_* in estimator/price/device_time.py) and the direct
-    embedding backward's serial chunks (EMBEDDING_BWD_CHUNK in estimator/annotate/formulas.py)."""
-    from estimator.annotate.formulas import EMBEDDING_BWD_CHUNK
+    """Embedding lookups beyond their bytes (GATHER_* in gpuest/price/device_time.py) and the direct
+    embedding backward's serial chunks (EMBEDDING_BWD_CHUNK in gpuest/annotate/formulas.py)."""
+    from gpuest.annotate.formulas import EMBEDDING_BWD_CHUNK
     out_mb = lambda r: sum(n["bytes_written"] for n in r["nodes"]) / 1e6  # noqa: E731
     hot, spread = rows["embedding_fwd_bf16_v100_d512_t16384"], rows["embedding_fwd_bf16_v30522_d1024_t8192"]
     wide = rows["embedding_fwd_bf16_v50257_d1600_t4096"]
@@ -170,7 +170,7 @@ def pointwise_planes(gpu: str, rows: dict[str, dict]) -> str:
     """1x1 stride-1 convolutions of NCHW data: time over the memory roofline per plane size and math mode
     (a GEMM over the planes as stored when a plane is a whole number of tensor-core loads; the same
     convolution through cuDNN's NHWC transposes otherwise)."""
-    from estimator.catalog import get_gpu
+    from gpuest.catalog import get_gpu
 
     bandwidth = get_gpu(gpu).memory_bandwidth_bytes_per_s
     ratios: dict[tuple[str, int], list[float]] = {}
@@ -218,7 +218,7 @@ def persistent_rnn_steps() -> str:
         us = sum(k["us_per_iter"] for k in rec["kernels"] if "RNN_blockPersist_fp" in k["name"])
         if us and p.get("cell"):
             per_cell.setdefault(p["cell"], {}).setdefault(p["hidden"], []).append(us / _rnn_step_chains(p))
-    from estimator.annotate.formulas import RNN_MODE_GATES
+    from gpuest.annotate.formulas import RNN_MODE_GATES
     cells = "; ".join(cell + " " + ", ".join(
         f"h{h} ({RNN_MODE_GATES[cell.upper()] * h * h} weights) {min(v):.2f}-{max(v):.2f} us"
         for h, v in sorted(by_h.items())) for cell, by_h in sorted(per_cell.items()))

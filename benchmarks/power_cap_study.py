@@ -3,8 +3,8 @@
 Measurement studies report that lowering a V100's power limit from its default (250-300 W) to about
 150 W cuts training energy by roughly a fifth to a third while each step gets slower. This script
 traces ResNet-50 training (fp32 and fp16-mixed, two batch sizes) on the CPU, sweeps the catalogue
-range of power limits and SM clocks with `estimator.sweep`, picks energy- and EDP-optimal settings
-with `estimator.optimal`, and writes docs/POWER.md. Nothing here is tuned to the claim: every number
+range of power limits and SM clocks with `gpuest.sweep`, picks energy- and EDP-optimal settings
+with `gpuest.optimal`, and writes docs/POWER.md. Nothing here is tuned to the claim: every number
 in the document comes from the profiles and catalogue entries present when the script runs.
 
 Run: python3 benchmarks/power_cap_study.py            (CPU only, well under 2 minutes)
@@ -27,12 +27,12 @@ import pandas as pd
 import torch
 import torchvision
 
-import estimator
-from estimator.catalog import GPUSpec
-from estimator.price.estimate import estimate_graph
-from estimator.price.power import transfer_power, voltage_ratio
-from estimator.price.profile_choice import choose_profile
-from estimator.profile import PROFILE_DIR
+import gpuest
+from gpuest.catalog import GPUSpec
+from gpuest.price.estimate import estimate_graph
+from gpuest.price.power import transfer_power, voltage_ratio
+from gpuest.price.profile_choice import choose_profile
+from gpuest.profile import PROFILE_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "POWER.md"
@@ -57,7 +57,7 @@ class Study:
     precision: str
     batch: int
     graph: object
-    default: estimator.Estimate
+    default: gpuest.Estimate
     limits: pd.DataFrame         # power-limit sweep (+ phase clocks, floor flags)
     clocks: pd.DataFrame | None
     optima: dict[str, pd.Series] = field(default_factory=dict)
@@ -71,7 +71,7 @@ def trace_resnet50(precision: str, batch: int):
     with torch.device("meta"):
         model = torchvision.models.resnet50()
     x = torch.empty(batch, 3, 224, 224, device="meta")
-    return estimator.trace(model, (x,), mode="training", precision=precision, name="resnet50", batch=batch)
+    return gpuest.trace(model, (x,), mode="training", precision=precision, name="resnet50", batch=batch)
 
 
 # ----------------------------------------------------------------------------------------- pricing
@@ -82,13 +82,13 @@ def power_fit(spec: GPUSpec):
     profile = choose_profile(spec).profile
     if profile.power is None:
         return None, profile
-    return transfer_power(profile.power, estimator.get_gpu(profile.gpu), spec), profile
+    return transfer_power(profile.power, gpuest.get_gpu(profile.gpu), spec), profile
 
 
-def energy_parts(est: estimator.Estimate, spec: GPUSpec) -> dict[str, float] | None:
+def energy_parts(est: gpuest.Estimate, spec: GPUSpec) -> dict[str, float] | None:
     """Split the step's energy into static (leakage + clocks-up floor), SM dynamic (f*V^2) and memory.
 
-    Recomputed from the per-node table with the same equations as estimator/price/power.py; the
+    Recomputed from the per-node table with the same equations as gpuest/price/power.py; the
     three parts must add up to est.energy_j (checked), otherwise nothing is reported."""
     fit, _ = power_fit(spec)
     if fit is None or not math.isfinite(est.energy_j):
@@ -111,7 +111,7 @@ def energy_parts(est: estimator.Estimate, spec: GPUSpec) -> dict[str, float] | N
             "v_ratio": float((v * d).sum() / max(d.sum(), 1e-30))}
 
 
-def phase_floor(est: estimator.Estimate, spec: GPUSpec) -> list[str]:
+def phase_floor(est: gpuest.Estimate, spec: GPUSpec) -> list[str]:
     """Phases whose average power exceeds the limit: throttled to the minimum clock and still over it."""
     out = []
     for phase, df in est.per_node.groupby("phase", sort=False):
@@ -122,14 +122,14 @@ def phase_floor(est: estimator.Estimate, spec: GPUSpec) -> list[str]:
 
 
 def study(gpu: str, step_w: float, precision: str, batch: int, graph) -> Study:
-    spec = estimator.get_gpu(gpu)
+    spec = gpuest.get_gpu(gpu)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        default = estimator.estimate(graph, gpu)
+        default = gpuest.estimate(graph, gpu)
     limits = np.arange(spec.power_limit_min_w, spec.power_limit_max_w + 1e-9, step_w)
     if limits[-1] != spec.power_limit_max_w:
         limits = np.append(limits, spec.power_limit_max_w)
-    df = estimator.sweep(graph, gpu, power_limits=limits)
+    df = gpuest.sweep(graph, gpu, power_limits=limits)
     phase_rows, floors = [], []
     decomposition = {}
     for w in df["power_limit_w"]:
@@ -148,14 +148,14 @@ def study(gpu: str, step_w: float, precision: str, batch: int, graph) -> Study:
     clocks = None
     if (precision, batch) in CLOCK_CONFIGS:
         grid = np.unique(np.round(np.linspace(spec.min_clock_mhz, spec.max_clock_mhz, CLOCK_POINTS)))
-        clocks = estimator.sweep(graph, gpu, clocks=grid)
+        clocks = gpuest.sweep(graph, gpu, clocks=grid)
         clocks["slowdown"] = clocks["time_s"] / ref["time_s"] - 1
         clocks["energy_saving"] = 1 - clocks["energy_j"] / ref["energy_j"]
     s = Study(gpu, spec, precision, batch, graph, default, df.sort_values("power_limit_w", ascending=False)
               .reset_index(drop=True), clocks, decomposition=decomposition)
-    s.optima["energy"] = estimator.optimal(graph, gpu, "energy")
-    s.optima["edp"] = estimator.optimal(graph, gpu, "edp")
-    s.optima[f"energy, <= {MAX_SLOWDOWN:.0%} slower"] = estimator.optimal(graph, gpu, "energy",
+    s.optima["energy"] = gpuest.optimal(graph, gpu, "energy")
+    s.optima["edp"] = gpuest.optimal(graph, gpu, "edp")
+    s.optima[f"energy, <= {MAX_SLOWDOWN:.0%} slower"] = gpuest.optimal(graph, gpu, "energy",
                                                                            max_slowdown=MAX_SLOWDOWN)
     for o in s.optima.values():
         o["slowdown"] = o["time_s"] / ref["time_s"] - 1
@@ -340,7 +340,7 @@ def profile_files() -> list[str]:
     return out
 
 
-def math_modes(est: estimator.Estimate) -> str:
+def math_modes(est: gpuest.Estimate) -> str:
     df = est.per_node[~est.per_node["free"] & (est.per_node["flops"] > 0)]
     counts = df.groupby("math_mode").size().sort_values(ascending=False)
     return ", ".join(f"{m} ×{n}" for m, n in counts.items())
@@ -363,7 +363,7 @@ def write(studies: list[Study], bf16_note: list[str], out: Path) -> None:
     for line in profile_files():
         add(f"* {line}")
     add("")
-    add(f"torch {torch.__version__}, torchvision {torchvision.__version__}, gpuest {estimator.__version__}.")
+    add(f"torch {torch.__version__}, torchvision {torchvision.__version__}, gpuest {gpuest.__version__}.")
     add("")
     add("## Result in brief")
     add("")
@@ -408,7 +408,7 @@ def write(studies: list[Study], bf16_note: list[str], out: Path) -> None:
     add("## Setup")
     add("")
     add("ResNet-50 training step (forward, mean loss, backward, steady-state foreach AdamW step), eager launch, "
-        "traced on the CPU with `estimator.trace(..., mode=\"training\")`. Power limits: the catalogue range "
+        "traced on the CPU with `gpuest.trace(..., mode=\"training\")`. Power limits: the catalogue range "
         f"in {GPUS['V100']:.0f} W steps on the V100 ({vspec.name}, {vspec.power_limit_min_w:.0f}–"
         f"{vspec.power_limit_max_w:.0f} W, default = TDP {vspec.tdp_w:.0f} W) and {GPUS['H100']:.0f} W steps on the "
         f"H100 ({hspec.name}, {hspec.power_limit_min_w:.0f}–{hspec.power_limit_max_w:.0f} W, default "
@@ -446,7 +446,7 @@ def write(studies: list[Study], bf16_note: list[str], out: Path) -> None:
     for title, group in (("V100", v100), ("H100 (contrast)", h100)):
         add(f"## {title}: power-limit sweep")
         add("")
-        add(f"`estimator.sweep(graph, \"{group[0].gpu}\", power_limits=...)`; phase clocks from "
+        add(f"`gpuest.sweep(graph, \"{group[0].gpu}\", power_limits=...)`; phase clocks from "
             "`Estimate.phase_clocks_mhz` (the driver throttles whole phases, docs/DESIGN.md §3). "
             "† = a phase draws more than the limit even at the minimum SM clock (its floor power — static plus "
             "memory — exceeds the limit), so the step average can sit slightly above the limit.")
@@ -465,7 +465,7 @@ def write(studies: list[Study], bf16_note: list[str], out: Path) -> None:
             add("")
             add(clocks_table(s))
             add("")
-        add(f"## {title}: optimal settings (`estimator.optimal`)")
+        add(f"## {title}: optimal settings (`gpuest.optimal`)")
         add("")
         add("`optimal` searches 32 SM clocks (at the default limit) and 16 power limits (at the maximum clock). "
             "Slowdown and saving are relative to the default limit at the maximum clock.")
@@ -486,7 +486,7 @@ def write(studies: list[Study], bf16_note: list[str], out: Path) -> None:
     add("### Why: which model terms drive it")
     add("")
     add("Energy per step split into the power model's terms (recomputed from the per-node predictions with the "
-        "equations of `estimator/price/power.py`; the parts add up to the predicted energy):")
+        "equations of `gpuest/price/power.py`; the parts add up to the predicted energy):")
     add("")
     add(decomposition_table(v100 + h100))
     add("")
@@ -606,7 +606,7 @@ def bf16_on_v100() -> list[str]:
     g = trace_resnet50("bf16-mixed", 8)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        est = estimator.estimate(g, "V100")
+        est = gpuest.estimate(g, "V100")
     msgs = [str(w.message) for w in caught] + [n for n in est.notes if "bf16" in n]
     seen, out = set(), []
     for m in msgs:

@@ -1,4 +1,4 @@
-"""estimator.report.accuracy on a small SYNTHETIC results file.
+"""gpuest.report.accuracy on a small SYNTHETIC results file.
 
 The "measured" numbers below are made up for the test, NOT real GPU measurements: each is 1.1 x
 gpuest's own prediction for the config (computed here with load_model + trace + estimate, never
@@ -11,10 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from estimator.capture.models import load_model
-from estimator.capture.trace import trace
-from estimator.price.estimate import estimate
-from estimator.report import accuracy as A
+from gpuest.capture.models import load_model
+from gpuest.capture.trace import trace
+from gpuest.price.estimate import estimate
+from gpuest.evaluate import accuracy as E
+from gpuest.report import accuracy as A
 
 SYNTHETIC_FACTOR = 1.1
 GPU = "NVIDIA H100 80GB HBM3"
@@ -95,7 +96,7 @@ def test_markdown_sections(report):
                     "## Splits: calibrated", "## Held-out models", "## Per-config results", "## Per-op device time",
                     "## Skipped rows", "## Predicted vs measured"):
         assert section in md, section
-    assert "python3 -m estimator.report.accuracy" in md and str(results) in md
+    assert "python3 -m gpuest.report.accuracy" in md and str(results) in md
     assert "9.1 %" in md
     assert "`gru`" in md  # the held-out model is listed
     assert png.exists() and png.stat().st_size > 1000
@@ -115,7 +116,7 @@ def test_align_per_op_expands_composites():
                 "iteration_device_busy_us": 40.0}
     predicted = [("aten.embedding.default", 8e-6), ("aten.t.default", 0.0), ("aten.addmm.default", 25e-6),
                  ("aten._softmax.default", 5e-6)]
-    r = A.align_per_op(measured, predicted)
+    r = E.align_per_op(measured, predicted)
     assert r["n_matched"] == 4
     assert r["matched_measured_us"] == pytest.approx(35.0)
     assert r["matched_predicted_us"] == pytest.approx(38.0)
@@ -125,22 +126,22 @@ def test_align_per_op_expands_composites():
 def test_staged_copies_count_inside_the_op_that_makes_them():
     per_node = pd.DataFrame({"op": ["aten.clone.default", "aten.native_layer_norm.default", "aten.clone.default"],
                              "time_s": [3e-6, 5e-6, 2e-6], "staged": [True, False, False]})
-    assert A.ops_as_profiled(per_node) == [("aten.native_layer_norm.default", pytest.approx(8e-6)),
+    assert E.ops_as_profiled(per_node) == [("aten.native_layer_norm.default", pytest.approx(8e-6)),
                                            ("aten.clone.default", 2e-6)]
 
 
 @pytest.mark.parametrize("mode, source, noted", [
-    ("training", A.BUSY_WITH_ANNOTATIONS, True),        # measured before annotations were excluded
+    ("training", E.BUSY_WITH_ANNOTATIONS, True),        # measured before annotations were excluded
     ("training", "profiler_gpu_work", False),
-    ("inference", A.BUSY_WITH_ANNOTATIONS, False),       # no optimizer step to span
+    ("inference", E.BUSY_WITH_ANNOTATIONS, False),       # no optimizer step to span
 ])
 def test_rows_whose_busy_time_spans_annotations_are_noted(mode, source, noted):
-    from calibration.validate import DEVICE_BUSY_SOURCE
-    assert DEVICE_BUSY_SOURCE != A.BUSY_WITH_ANNOTATIONS   # rows the runner writes now are never noted
+    from gpuest.calibrate.validate import DEVICE_BUSY_SOURCE
+    assert DEVICE_BUSY_SOURCE != E.BUSY_WITH_ANNOTATIONS   # rows the runner writes now are never noted
     row = {"key": "k", "gpu_canonical": "H100-SXM", "model": "m", "batch": 1, "mode": mode, "precision": "fp32",
            "wall_s": 0.01, "device_busy_s": 0.009, "device_busy_source": source}
-    rec = A._record(row, "calibrated", {"device_time_s": 0.009, "time_s": 0.01}, {})
-    assert (rec["note"] == A.BUSY_WITH_ANNOTATIONS_NOTE) is noted and rec["error"] is None
+    rec = E._record(row, "calibrated", {"device_time_s": 0.009, "time_s": 0.01}, {})
+    assert (rec["note"] == E.BUSY_WITH_ANNOTATIONS_NOTE) is noted and rec["error"] is None
 
 
 def test_fresh_profile_is_judged_against_the_shipped_one_on_the_same_configs():
@@ -152,10 +153,10 @@ def test_fresh_profile_is_judged_against_the_shipped_one_on_the_same_configs():
     df = pd.DataFrame([rec("a", "calibrated", 2.0), rec("a", "fresh", 3.0), rec("b", "calibrated", 4.0),
                        rec("b", "fresh", 5.5), rec("c", "calibrated", 1.0),  # no fresh price: not compared
                        rec("d", "calibrated", 1.0, False), rec("d", "fresh", 90.0, False)])
-    row, everything = A.fresh_comparison(df)
+    row, everything = E.fresh_comparison(df)
     assert row["configs"] == "validation set" and everything["configs"] == "all" and everything["n"] == row["n"]
     assert row["n"] == 2 and row["shipped_mape"] == pytest.approx(3.0) and row["fresh_mape"] == pytest.approx(4.25)
-    assert row["met"] is (4.25 <= 3.0 + A.FRESH_MARGIN_PP)
+    assert row["met"] is (4.25 <= 3.0 + E.FRESH_MARGIN_PP)
     assert "## A fresh 5-minute calibration" in "\n".join(A.fresh_markdown(df))
 
 
@@ -166,7 +167,7 @@ def test_test_split_headline_counts_ratios_outside_the_bounds():
         "ape_device_time": abs(pred - meas) / meas * 100, "ape_energy": 4.0}
     df = pd.DataFrame([rec("a", "test", 1.0, 1.04), rec("b", "test", 1.0, 2.5), rec("c", "test", 2.0, 1.1, False),
                        rec("d", "", 1.0, 3.0)])
-    t = A.test_split_summary(df)
+    t = E.test_split_summary(df)
     assert t["n_configs"] == 3 and t["outside_bounds"] == 1 and t["all_outside_bounds"] == 2
     device = t["aims"][0]
     assert device["n"] == 2 and device["mape_pct"] == pytest.approx((4 + 150) / 2) and device["met"] is False

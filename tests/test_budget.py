@@ -1,14 +1,14 @@
-"""Which benchmarks a calibration run of a given budget measures (calibration.budget)."""
+"""Which benchmarks a calibration run of a given budget measures (gpuest.calibrate.budget)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from calibration import budget
-from calibration.budget import SUITE_BUDGET_S, fit_wall_model, plan, run_plan, stratum
-from calibration.runner import HOST_PROBE_RESERVE_S
-from calibration.suite import all_benchmarks
+from gpuest.calibrate import budget
+from gpuest.calibrate.budget import SUITE_BUDGET_S, fit_wall_model, plan, run_plan, stratum
+from gpuest.calibrate.runner import HOST_PROBE_RESERVE_S
+from gpuest.calibrate.suite import all_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 

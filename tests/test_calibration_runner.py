@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from calibration import nvml_monitor
-from calibration.nvml_monitor import NvmlUnavailableError, PowerMonitor, decode_throttle_reasons
-from calibration.runner import ROW_SCHEMA, CalibrationError, host_probe_path, meta_path, run_suite
-from calibration.budget import plan
-from calibration.suite import all_benchmarks
-from estimator.annotate.registry import CATEGORIES
+from gpuest.calibrate import nvml_monitor
+from gpuest.calibrate.nvml_monitor import NvmlUnavailableError, PowerMonitor, decode_throttle_reasons
+from gpuest.calibrate.runner import ROW_SCHEMA, CalibrationError, host_probe_path, meta_path, run_suite
+from gpuest.calibrate.budget import plan
+from gpuest.calibrate.suite import all_benchmarks
+from gpuest.annotate.registry import CATEGORIES
 
 BUDGET = 3.0  # seconds of dry run: a stratified prefix of the grid, at least one benchmark per category
 
@@ -186,7 +186,7 @@ def test_existing_file_without_resume_is_an_error(tmp_path: Path) -> None:
     path.write_text(json.dumps({"schema": ROW_SCHEMA, "name": "x"}) + "\n")
     with pytest.raises(CalibrationError, match="--resume"):
         run_suite(path, dry_run=True, progress=False)
-    from calibration.runner import main
+    from gpuest.calibrate.runner import main
     assert main(["--out", str(path), "--dry-run", "--no-progress"]) == 2
 
 
@@ -249,7 +249,7 @@ def test_idle_power_settles() -> None:
 
 
 def test_compact_nodes_sums_large_node_lists() -> None:
-    from calibration.runner import compact_nodes
+    from gpuest.calibrate.runner import compact_nodes
     node = {"op": "aten.add.Tensor", "cpu_op": "aten.add.Tensor", "category": "elementwise", "phase": "forward",
             "math_mode": "fp32", "dtype": "float32", "flops": 2.0, "bytes_read": 8.0, "bytes_written": 4.0,
             "gemm_m": 0, "gemm_n": 0, "gemm_k": 0, "gemm_batch": 1, "kernels": 1, "host_only": False,
@@ -264,7 +264,7 @@ def test_compact_nodes_sums_large_node_lists() -> None:
 def test_kernel_profile_needs_a_gpu(monkeypatch, tmp_path, capsys):
     import torch
 
-    from calibration import kernel_profile
+    from gpuest.calibrate import kernel_profile
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     out = tmp_path / "k.jsonl"
@@ -282,7 +282,9 @@ def test_committed_kernel_profiles_are_complete():
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert {r["model"] for r in records} >= {"convnext_tiny", "hf:gpt2", "lstm", "resnet50"}
     for r in records:
-        assert r["schema"] == "gpuest.kernel-profile/1" and r["command"].startswith("python3 -m calibration.kernel_profile")
+        # the module's name when it was measured: calibration.kernel_profile before the gpuest package
+        assert r["schema"] == "gpuest.kernel-profile/1" and r["command"].startswith(
+            ("python3 -m calibration.kernel_profile", "python3 -m gpuest.calibrate.kernel_profile"))
         assert sum(k["us_per_iter"] for k in r["kernels"]) / 1e3 == pytest.approx(r["kernel_sum_ms"], rel=1e-3)
 
 
@@ -307,7 +309,7 @@ def test_kernel_facts_recompute_from_committed_data(capsys):
 
 
 def test_redo_moves_a_category_aside_and_measures_it_again(tmp_path: Path) -> None:
-    from calibration.runner import main, superseded_path, supersede
+    from gpuest.calibrate.runner import main, superseded_path, supersede
     path = tmp_path / "redo.jsonl"
     run_suite(path, budget_s=2.0, dry_run=True, progress=False, categories=["copy", "pool"])
     before = _rows(path)
@@ -333,7 +335,7 @@ def test_rnn_and_optimizer_benchmarks_are_host_paced() -> None:
 
 
 def test_kernel_profile_reports_bad_arguments_before_looking_for_a_gpu(tmp_path: Path, capsys) -> None:
-    from calibration.kernel_profile import main
+    from gpuest.calibrate.kernel_profile import main
     out = str(tmp_path / "k.jsonl")
     with pytest.raises(SystemExit):
         main(["--out", out])                                   # neither a model nor --benchmark

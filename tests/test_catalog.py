@@ -1,4 +1,4 @@
-"""Tests of the GPU catalogue (estimator/catalog): data files, loader, lookups, range checks."""
+"""Tests of the GPU catalogue (gpuest/catalog): data files, loader, lookups, range checks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator.catalog import (
+from gpuest.catalog import (
     BUILTIN_DIR,
     MATH_MODES,
     CatalogError,
@@ -19,8 +19,8 @@ from estimator.catalog import (
     list_gpus,
     load_gpu_file,
 )
-from estimator.catalog.gpu_spec import SOURCED_FIELDS
-from estimator.errors import GpuestError
+from gpuest.catalog.gpu_spec import SOURCED_FIELDS
+from gpuest.errors import GpuestError
 
 GPU_FILES = sorted(BUILTIN_DIR.glob("*.json"))
 REQUIRED = [

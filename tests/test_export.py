@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
-import estimator
-from estimator.profile import prior_profile
-from estimator.report.export import FORMATS, export
+import gpuest
+from gpuest.profile import prior_profile
+from gpuest.report.export import FORMATS, export
 
 
 class Tiny(torch.nn.Module):
@@ -32,18 +32,18 @@ class Tiny(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def graph() -> nx.DiGraph:
-    return estimator.trace(Tiny(), (torch.empty(8, 3, 32, 32, device="meta"),), mode="training", name="tiny",
+    return gpuest.trace(Tiny(), (torch.empty(8, 3, 32, 32, device="meta"),), mode="training", name="tiny",
                            batch=8)
 
 
 @pytest.fixture(scope="module")
 def est(graph):
-    return estimator.estimate(graph, "A100")
+    return gpuest.estimate(graph, "A100")
 
 
 @pytest.fixture(scope="module")
 def est_no_power(graph):
-    return estimator.estimate(graph, "A100", profile=dataclasses.replace(prior_profile(), power=None))
+    return gpuest.estimate(graph, "A100", profile=dataclasses.replace(prior_profile(), power=None))
 
 
 def strict_json(text: str):
@@ -145,7 +145,7 @@ def test_dot_is_plain_graphviz(tmp_path, graph, est, which):
 
 @pytest.mark.parametrize("launch", ["eager", "graph"])
 def test_trace_json_is_a_valid_timeline(tmp_path, graph, launch):
-    e = estimator.estimate(graph, "A100", launch=launch)
+    e = gpuest.estimate(graph, "A100", launch=launch)
     events = validate_trace(strict_json(export(e, tmp_path / "t.trace.json").read_text()))
     device = device_track(events)
     # One device slice per node with device time; single stream: no overlap.
@@ -202,7 +202,7 @@ def test_export_rejects_other_objects(tmp_path):
 
 
 def test_cli_export_writes_a_trace(tmp_path, capsys):
-    from estimator.cli import main
+    from gpuest.cli import main
     out = tmp_path / "cli.trace.json"
     # A file model keeps the CLI test small and fast.
     src = tmp_path / "tiny_model.py"

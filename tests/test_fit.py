@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-import estimator
-from calibration.fit import RawData, fit_profile, load_raw
-from estimator.catalog import get_gpu
-from estimator.errors import ProfileError
-from estimator.price.device_time import persistent_steps
-from estimator.price.node_table import NodeTable
-from estimator.profile import load_profile, prior_profile, profile_from_json
+import gpuest
+from gpuest.calibrate.fit import RawData, fit_profile, load_raw
+from gpuest.catalog import get_gpu
+from gpuest.errors import ProfileError
+from gpuest.price.device_time import persistent_steps
+from gpuest.price.node_table import NodeTable
+from gpuest.profile import load_profile, prior_profile, profile_from_json
 
 LATENCY_S = 3e-6
 FACTORS = {"matmul": 1.4, "elementwise": 1.25}
@@ -34,7 +34,7 @@ class Fn(torch.nn.Module):
 
 
 def _nodes(fn, *shapes, dtype=torch.bfloat16):
-    g = estimator.trace(Fn(fn), tuple(torch.empty(s, dtype=dtype, device="meta") for s in shapes))
+    g = gpuest.trace(Fn(fn), tuple(torch.empty(s, dtype=dtype, device="meta") for s in shapes))
     return [d for _, d in g.nodes(data=True) if not d["free"]]
 
 
@@ -73,8 +73,8 @@ def test_fit_recovers_latency_and_efficiency(tmp_path):
     path = prof.save(tmp_path / "p.json")
     loaded = load_profile(path)
     for n in (3000, 5000):
-        g = estimator.trace(Fn(lambda a, b: a @ b), (torch.empty(n, n, dtype=torch.bfloat16, device="meta"),) * 2)
-        est = estimator.estimate(g, "H100", profile=loaded, launch="graph")
+        g = gpuest.trace(Fn(lambda a, b: a @ b), (torch.empty(n, n, dtype=torch.bfloat16, device="meta"),) * 2)
+        est = gpuest.estimate(g, "H100", profile=loaded, launch="graph")
         gpu = get_gpu("H100")
         expected = LATENCY_S + 2 * n ** 3 / gpu.peak_flops_per_s("bf16") * FACTORS["matmul"]
         assert est.device_time_s == pytest.approx(expected, rel=0.08)
@@ -126,8 +126,8 @@ def test_raw_file_skips_a_torn_last_line_and_names_a_corrupt_one(tmp_path):
 def test_fit_regresses_on_the_nodes_this_estimator_derives():
     """Rows of suite benchmarks get their nodes re-traced (meta device, real sizes); rows the suite
     does not know keep theirs."""
-    from calibration.fit import with_current_nodes
-    from calibration.suite import all_benchmarks
+    from gpuest.calibrate.fit import with_current_nodes
+    from gpuest.calibrate.suite import all_benchmarks
     name = next(b.name for b in all_benchmarks() if b.name.startswith("embedding_fwd_bf16_v250000"))
     stale = [{"op": "aten.embedding.default", "flops": 0.0, "bytes_read": 1e12, "bytes_written": 0.0}]
     other = {"name": "not_in_the_suite", "nodes": stale}
@@ -139,13 +139,13 @@ def test_fit_regresses_on_the_nodes_this_estimator_derives():
 
 
 def _samples(ys, xs, op="aten.mm.default"):
-    from calibration.fit import RowFeatures
+    from gpuest.calibrate.fit import RowFeatures
     return [RowFeatures("matmul", op, "bf16", float(y), np.asarray(x, dtype=float), False, 1e-3, {})
             for y, x in zip(ys, xs)]
 
 
 def _features(**cols):
-    from estimator.profile import RESIDUAL_FEATURES
+    from gpuest.price.features import RESIDUAL_FEATURES
     n = len(next(iter(cols.values())))
     x = np.zeros((n, len(RESIDUAL_FEATURES)))
     x[:, 0] = 1.0
@@ -157,8 +157,8 @@ def _features(**cols):
 def test_pooled_fit_corrects_level_and_inherits_slopes():
     """A narrow key with few benchmarks corrects its parent's level; the slope its own narrow data
     cannot pin down comes from the parent (partial pooling), not from noise."""
-    from calibration.fit import fit_category
-    from estimator.profile import RESIDUAL_FEATURES
+    from gpuest.calibrate.fit import fit_category
+    from gpuest.price.features import RESIDUAL_FEATURES
     rng = np.random.default_rng(0)
     j = RESIDUAL_FEATURES.index("log_size")
     wide = np.linspace(-2, 4, 40)
@@ -175,8 +175,8 @@ def test_pooled_fit_corrects_level_and_inherits_slopes():
 
 def test_features_only_a_sliver_of_the_samples_vary_are_not_fitted():
     """Two samples off by a hair in a feature would let the fit explain any residual with a huge slope."""
-    from calibration.fit import fit_category
-    from estimator.profile import RESIDUAL_FEATURES
+    from gpuest.calibrate.fit import fit_category
+    from gpuest.price.features import RESIDUAL_FEATURES
     size = np.linspace(-2, 3, 20)
     sliver = np.zeros(20)
     sliver[[3, 11]] = 0.05
@@ -189,7 +189,7 @@ def test_features_only_a_sliver_of_the_samples_vary_are_not_fitted():
 def test_an_op_in_one_mode_gets_its_own_pooled_fit_from_few_rows():
     """Six fp32 rows of one op get an op@fp32 fit (pooled with matmul@fp32), so a mode the op's
     cross-mode fit barely saw is not priced by it; five do not."""
-    from calibration.fit import MIN_ROWS_PER_OP_IN_MODE, RowFeatures, fit_residuals
+    from gpuest.calibrate.fit import MIN_ROWS_PER_OP_IN_MODE, RowFeatures, fit_residuals
     rng = np.random.default_rng(1)
 
     def rows(op, mode, n, level):
@@ -206,7 +206,7 @@ def test_an_op_in_one_mode_gets_its_own_pooled_fit_from_few_rows():
 
 
 def test_host_paced_rows_give_device_busy_and_a_host_cost_per_launch():
-    from calibration.fit import host_costs, host_limited, measured_device_s
+    from gpuest.calibrate.fit import host_costs, host_limited, measured_device_s
     base_s, launch_s = 20e-6, 6e-6
     rows = []
     for steps in (16, 32, 64, 128, 256):
@@ -226,8 +226,8 @@ def test_host_paced_rows_give_device_busy_and_a_host_cost_per_launch():
 
 
 def _predict_row(row, profile) -> float:
-    from estimator.price.device_time import device_times
-    from estimator.price.node_table import NodeTable
+    from gpuest.price.device_time import device_times
+    from gpuest.price.node_table import NodeTable
     times, _ = device_times(NodeTable.from_records(row["nodes"]), get_gpu("H100"), 1980.0, profile)
     return float(times.device_s.sum())
 
@@ -238,7 +238,7 @@ def test_local_correction_learns_a_shape_effect_the_linear_fit_cannot_express(tm
     measured one to the regression."""
     from dataclasses import replace
 
-    from calibration.fit import MIN_POOL_ROWS, POINT_CLIP_MIN, POINT_CLIP_SIGMAS
+    from gpuest.calibrate.fit import MIN_POOL_ROWS, POINT_CLIP_MIN, POINT_CLIP_SIGMAS
     raw = synthetic_rows()
     bumped = next(r for r in raw.rows if r["name"] == "elementwise12")      # the smallest add
     assert not bumped["holdout"]
@@ -287,7 +287,7 @@ def test_fit_measures_the_gpu_idle_of_host_synchronisations():
     raw = synthetic_rows()
     gpu = get_gpu("H100")
     for i, (vocab, tokens) in enumerate([(100, 4096), (1000, 8192), (500, 16384), (2000, 4096)]):
-        g = estimator.trace(torch.nn.Embedding(vocab, 64, device="meta"),
+        g = gpuest.trace(torch.nn.Embedding(vocab, 64, device="meta"),
                             (torch.zeros(tokens, dtype=torch.long, device="meta"),), mode="training")
         nodes = [d for _, d in g.nodes(data=True) if d["op"] == "aten.embedding_dense_backward.default"]
         assert nodes and nodes[0]["host_syncs"] == 2
@@ -310,7 +310,7 @@ def test_fit_measures_the_cost_of_a_persistent_rnn_step():
     raw = synthetic_rows()
     gpu = get_gpu("H100")
     for i, (seq, batch) in enumerate([(64, 1), (128, 8), (256, 4), (100, 16), (50, 2)]):
-        g = estimator.trace(torch.nn.LSTM(32, 64, device="meta"), (torch.empty(seq, batch, 32, device="meta"),))
+        g = gpuest.trace(torch.nn.LSTM(32, 64, device="meta"), (torch.empty(seq, batch, 32, device="meta"),))
         nodes = [d for _, d in g.nodes(data=True) if d.get("category") == "rnn"]
         assert nodes[0]["grid_syncs"] == seq
         roof = sum(n["bytes_read"] + n["bytes_written"] for n in nodes) / gpu.memory_bandwidth_bytes_per_s
@@ -335,7 +335,7 @@ def test_fit_tells_a_persistent_steps_barrier_from_its_serial_and_spilled_work()
     for i, (cell, hidden, seq) in enumerate([(torch.nn.LSTM, 32, 64), (torch.nn.GRU, 64, 48), (torch.nn.LSTM, 96, 96),
                                              (torch.nn.LSTM, 128, 50), (torch.nn.GRU, 160, 32),
                                              (torch.nn.LSTM, 192, 40)]):
-        g = estimator.trace(cell(32, hidden, device="meta"), (torch.empty(seq, 4, 32, device="meta"),))
+        g = gpuest.trace(cell(32, hidden, device="meta"), (torch.empty(seq, 4, 32, device="meta"),))
         nodes = [d for _, d in g.nodes(data=True) if d.get("category") == "rnn"]
         assert nodes[0]["grid_syncs"] == seq and nodes[0]["serial_steps"] > 0
         roof = sum(n["bytes_read"] + n["bytes_written"] for n in nodes) / gpu.memory_bandwidth_bytes_per_s
@@ -353,7 +353,7 @@ def test_fit_tells_a_persistent_steps_barrier_from_its_serial_and_spilled_work()
 
 
 def test_validation_files_skip_a_torn_last_line_and_name_a_corrupt_one(tmp_path):
-    from calibration.fit import load_validation
+    from gpuest.calibrate.fit import load_validation
     good = json.dumps({"model": "resnet18", "batch": 1, "image_size": 224, "mode": "inference", "precision": "fp32",
                        "status": "ok"})
     torn = tmp_path / "torn.jsonl"
@@ -368,7 +368,7 @@ def test_validation_files_skip_a_torn_last_line_and_name_a_corrupt_one(tmp_path)
 
 def test_a_re_measured_validation_config_replaces_the_earlier_row(tmp_path):
     """The fit reads validation files as the accuracy report does: the last row of a config and GPU wins."""
-    from calibration.fit import load_validation
+    from gpuest.calibrate.fit import load_validation
     row = {"model": "resnet18", "batch": 1, "image_size": 224, "mode": "training", "precision": "fp32",
            "gpu": "NVIDIA H100 80GB HBM3", "status": "ok"}
     first, again = tmp_path / "full.jsonl", tmp_path / "recheck.jsonl"
@@ -385,7 +385,7 @@ def test_host_fit_scales_the_optimizers_launch_cost_with_the_optimizer_phase(mon
     """The optimizer term of the host fit holds the optimizer's per-op and per-launch costs together,
     so the fitted profile must scale both by that term's coefficient (not the forward one)."""
     import numpy as np
-    import calibration.fit as F
+    import gpuest.calibrate.fit as F
     rng = np.random.default_rng(0)
     terms = {i: rng.uniform(1e-4, 1e-2, len(F.HOST_TERMS)) for i in range(12)}
     true = np.array([1.5, 0.8, 3.0, 2e-6, 1e-6, 4e-6])
@@ -405,7 +405,7 @@ def test_host_fit_scales_the_optimizers_launch_cost_with_the_optimizer_phase(mon
 def test_power_is_fitted_on_windows_the_gpu_was_busy_through():
     """A host-paced benchmark (device busy well under its elapsed time) or one that waits for the host
     averages idle gaps into its window: the power regression leaves it out, whatever its category."""
-    from calibration.fit import POWER_BUSY_FRACTION, busy_through_window
+    from gpuest.calibrate.fit import POWER_BUSY_FRACTION, busy_through_window
     node = {"op": "aten.add.Tensor", "category": "elementwise", "host_syncs": 0}
     plain = {"time_ms_median": 1.0, "nodes": [node]}
     assert busy_through_window(plain)
@@ -417,8 +417,8 @@ def test_power_is_fitted_on_windows_the_gpu_was_busy_through():
 def test_the_host_fit_of_one_calibration_run_keeps_each_phase_scale_bounded():
     """A default calibration's eight host probes are few runs for six host terms: the fit may not drive a
     phase's dispatch scale to zero and hand its time to another term (HOST_SCALE_BOUNDS)."""
-    from calibration.fit import HOST_SCALE_BOUNDS, fit_profile, load_raw, load_validation
-    from estimator.profile import prior_profile
+    from gpuest.calibrate.fit import HOST_SCALE_BOUNDS, fit_profile, load_raw, load_validation
+    from gpuest.profile import prior_profile
     root = Path(__file__).resolve().parents[1] / "data/calibration/fresh"
     raw = load_raw(root / "H100-SXM-quick.jsonl")
     fitted = fit_profile(raw, retrace=False, validation=load_validation(root / "H100-SXM-quick.jsonl.host.jsonl"))

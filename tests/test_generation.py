@@ -10,11 +10,11 @@ import pytest
 import torch
 import transformers
 
-import estimator
-from estimator.capture.generation import GreedyStep
-from estimator.cli import main
-from estimator.errors import GenerationError
-from estimator.price.generation import decode_contexts, price_generation, trace_generation
+import gpuest
+from gpuest.capture.generation import GreedyStep
+from gpuest.cli import main
+from gpuest.errors import GenerationError
+from gpuest.price.generation import decode_contexts, price_generation, trace_generation
 
 TINY = {"model_type": "llama", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -88,18 +88,18 @@ def test_static_cache_attends_over_its_whole_length(tiny_spec):
 def test_real_weights_module_is_accepted():
     config = transformers.LlamaConfig(**{k: v for k, v in TINY.items() if k != "model_type"})
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
-    est = estimator.estimate_generation(model, "A100", batch=1, prompt_tokens=8, new_tokens=3)
+    est = gpuest.estimate_generation(model, "A100", batch=1, prompt_tokens=8, new_tokens=3)
     assert len(est.decode) == 2 and est.time_s > 0
     assert next(model.parameters()).dtype == torch.float32   # the caller's model is not cast
 
 
 def test_compare_ranks_gpus(graphs):
-    by_rate = estimator.compare(graphs, ["H100", "L4"], by="tokens_per_s")
+    by_rate = gpuest.compare(graphs, ["H100", "L4"], by="tokens_per_s")
     assert list(by_rate["tokens_per_s"]) == sorted(by_rate["tokens_per_s"], reverse=True)
-    by_energy = estimator.compare(graphs, ["H100", "L4"], by="energy_per_token")
+    by_energy = gpuest.compare(graphs, ["H100", "L4"], by="energy_per_token")
     assert list(by_energy["energy_per_token_j"]) == sorted(by_energy["energy_per_token_j"])
     with pytest.raises(ValueError, match="tokens_per_s"):
-        estimator.compare(graphs, ["H100"], by="edp")
+        gpuest.compare(graphs, ["H100"], by="edp")
 
 
 def test_too_many_tokens(tiny_spec):
@@ -150,7 +150,7 @@ def test_greedy_step_runs_on_real_tensors():
 
 
 def test_accuracy_report_scores_rows(tiny_spec, tmp_path):
-    from estimator.report.generation_accuracy import latest_rows, predict, render
+    from gpuest.report.generation_accuracy import latest_rows, predict, render
     base = {"status": "ok", "dry_run": False, "gpu": "NVIDIA H100 80GB HBM3", "gpu_canonical": "H100-SXM",
             "model": tiny_spec, "family": "llama", "precision": "bf16", "cache": "dynamic"}
     rows = [dict(base, key="d", kind="decode", batch=2, context=100, prompt=0, new_tokens=0),
@@ -171,7 +171,7 @@ def test_accuracy_report_scores_rows(tiny_spec, tmp_path):
 
 
 def test_measurement_script_respects_its_budget(tmp_path):
-    from calibration.generation_validate import configs, run
+    from gpuest.calibrate.generation_validate import configs, run
     out = tmp_path / "gen.jsonl"
     assert run(out, budget_s=0.0, dry_run=True) == 0 and not out.exists()
     grid = configs()

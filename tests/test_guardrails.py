@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-import estimator
-from estimator.catalog import get_gpu
-from estimator.price.device_time import device_times, fit_keys
-from estimator.price.node_table import node_table
-from estimator.profile import shipped_profiles
+import gpuest
+from gpuest.catalog import get_gpu
+from gpuest.price.device_time import device_times, fit_keys
+from gpuest.price.node_table import node_table
+from gpuest.profile import shipped_profiles
 
 
 class FarFromTheSuite(nn.Module):
@@ -39,7 +39,7 @@ def _graph(mode: str, precision: str, channels_last: bool) -> object:
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
         image = image.contiguous(memory_format=torch.channels_last)
-    return estimator.trace(model, (image, torch.empty(3, 7)), mode=mode, precision=precision)
+    return gpuest.trace(model, (image, torch.empty(3, 7)), mode=mode, precision=precision)
 
 
 CASES = [("inference", "fp32", False), ("inference", "fp16-mixed", True), ("training", "bf16-mixed", True),
@@ -71,7 +71,7 @@ def test_every_shipped_fit_stores_its_bounds():
 
 
 def test_a_node_outside_its_data_is_marked_counted_and_widened():
-    est = estimator.estimate(_graph("training", "bf16-mixed", True), gpu="H100")
+    est = gpuest.estimate(_graph("training", "bf16-mixed", True), gpu="H100")
     nodes = est.per_node[~est.per_node["free"]]
     assert nodes["extrapolated"].any() and any("outside the calibration data" in n for n in est.notes)
     priced = nodes[nodes["latency_s"] < 0.5 * nodes["time_s"]]   # the fit, not launch latency, sets the time

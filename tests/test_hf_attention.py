@@ -12,8 +12,8 @@ from collections import Counter
 import pytest
 import torch
 
-from estimator.capture import trace
-from estimator.capture.models import load_model
+from gpuest.capture import trace
+from gpuest.capture.models import load_model
 
 transformers = pytest.importorskip("transformers")
 masking_utils = pytest.importorskip("transformers.masking_utils")

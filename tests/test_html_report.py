@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-import estimator
-from estimator.profile import prior_profile
-from estimator.report.export import export
-from estimator.report.html import HOT_OPS, html_report
-from estimator.report.plots import roofline_plot, sweep_plot
+import gpuest
+from gpuest.profile import prior_profile
+from gpuest.report.export import export
+from gpuest.report.html import HOT_OPS, html_report
+from gpuest.report.plots import roofline_plot, sweep_plot
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome")
@@ -42,13 +42,13 @@ class Small(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def graph():
-    return estimator.trace(Small(), (torch.empty(16, 3, 64, 64, device="meta"),), mode="training", name="small",
+    return gpuest.trace(Small(), (torch.empty(16, 3, 64, 64, device="meta"),), mode="training", name="small",
                            batch=16)
 
 
 @pytest.fixture(scope="module")
 def est(graph):
-    return estimator.estimate(graph, "A100")
+    return gpuest.estimate(graph, "A100")
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_report_is_self_contained(report, est):
 
 
 def test_report_without_power_has_no_energy_sections(tmp_path, graph):
-    e = estimator.estimate(graph, "A100", profile=dataclasses.replace(prior_profile(), power=None))
+    e = gpuest.estimate(graph, "A100", profile=dataclasses.replace(prior_profile(), power=None))
     assert math.isnan(e.energy_j)
     page = html_report(e, tmp_path / "r.html").read_text()
     assert "id='energy'" not in page and "id='sweep'" not in page
@@ -107,8 +107,8 @@ def test_report_without_power_has_no_energy_sections(tmp_path, graph):
 
 
 def test_report_uses_a_given_sweep(tmp_path, graph, est):
-    spec = estimator.get_gpu("A100")
-    df = estimator.sweep(graph, "A100", clocks=np.linspace(spec.min_clock_mhz, spec.max_clock_mhz, 4))
+    spec = gpuest.get_gpu("A100")
+    df = gpuest.sweep(graph, "A100", clocks=np.linspace(spec.min_clock_mhz, spec.max_clock_mhz, 4))
     page = html_report(est, tmp_path / "r.html", sweep_df=df).read_text()
     assert "id='sweep'" in page and page.count("data:image/png;base64,") == 2
 
@@ -121,8 +121,8 @@ def test_roofline_plot_writes_a_png(tmp_path, est):
 
 
 def test_sweep_plot_both_settings(tmp_path, graph):
-    spec = estimator.get_gpu("A100")
-    df = estimator.sweep(graph, "A100", clocks=np.linspace(spec.min_clock_mhz, spec.max_clock_mhz, 5),
+    spec = gpuest.get_gpu("A100")
+    df = gpuest.sweep(graph, "A100", clocks=np.linspace(spec.min_clock_mhz, spec.max_clock_mhz, 5),
                          power_limits=np.linspace(spec.power_limit_min_w, spec.power_limit_max_w, 5))
     path = sweep_plot(df, tmp_path / "sweep.png")
     assert path.read_bytes()[:8] == PNG_MAGIC

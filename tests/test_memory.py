@@ -7,13 +7,13 @@ import json
 import pytest
 import torch
 
-import estimator
-from estimator.catalog import get_gpu
-from estimator.cli import main as cli_main
-from estimator.memory import max_batch, memory_estimate
-from estimator.memory.allocator import (LARGE_BUFFER_BYTES, SMALL_BUFFER_BYTES, CachingAllocator, SimulatedOOM,
+import gpuest
+from gpuest.catalog import get_gpu
+from gpuest.cli import main as cli_main
+from gpuest.price.memory import max_batch, memory_estimate
+from gpuest.price.memory.allocator import (LARGE_BUFFER_BYTES, SMALL_BUFFER_BYTES, CachingAllocator, SimulatedOOM,
                                         round_size, segment_size)
-from estimator.memory.peak import CUDA_CONTEXT_RESERVE_BYTES, KINDS, live_storage_peak_bytes
+from gpuest.price.memory.peak import CUDA_CONTEXT_RESERVE_BYTES, KINDS, live_storage_peak_bytes
 
 MiB = 1 << 20
 
@@ -23,8 +23,8 @@ def mlp(width: int = 512) -> torch.nn.Module:
                                torch.nn.ReLU(), torch.nn.Linear(width, 10))
 
 
-def mlp_graph(batch: int = 64, **kw) -> "estimator.trace":
-    return estimator.trace(mlp(), (torch.empty(batch, 256, device="meta"),), batch=batch, **kw)
+def mlp_graph(batch: int = 64, **kw) -> "gpuest.trace":
+    return gpuest.trace(mlp(), (torch.empty(batch, 256, device="meta"),), batch=batch, **kw)
 
 
 def param_bytes(model: torch.nn.Module) -> int:
@@ -125,7 +125,7 @@ def test_adamw_keeps_two_param_sized_states_and_sgd_with_momentum_one():
 
 def test_mixed_precision_inference_keeps_weight_casts_until_autocast_ends():
     # Autocast caches the bf16 cast of each weight that requires grad until its region ends (no_grad or not).
-    g = estimator.trace(mlp(4096), (torch.empty(1, 256, device="meta"),), precision="bf16-mixed")
+    g = gpuest.trace(mlp(4096), (torch.empty(1, 256, device="meta"),), precision="bf16-mixed")
     peak, breakdown = live_storage_peak_bytes(g)
     cast_bytes = sum(p.numel() * 2 for p in mlp(4096).parameters() if p.dim() == 2)
     assert breakdown["activations"] >= cast_bytes
@@ -134,7 +134,7 @@ def test_mixed_precision_inference_keeps_weight_casts_until_autocast_ends():
 def test_peak_matches_torch_memtracker_on_fake_tensors():
     mem_tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from estimator.capture.trace import OPTIMIZERS, default_loss
+    from gpuest.capture.trace import OPTIMIZERS, default_loss
     ours, _ = live_storage_peak_bytes(mlp_graph(mode="training", optimizer="adamw"))
     with FakeTensorMode():
         model, x = mlp(), torch.randn(64, 256)
@@ -142,7 +142,7 @@ def test_peak_matches_torch_memtracker_on_fake_tensors():
         tracker = mem_tracker.MemTracker()
         tracker.track_external(model, opt, x)
         with tracker:
-            for _ in range(3):   # the same step as trace and calibration/memory_validate.py
+            for _ in range(3):   # the same step as trace and gpuest/calibrate/memory_validate.py
                 opt.zero_grad(set_to_none=True)
                 out = model(x)
                 loss = default_loss(out)
@@ -157,18 +157,18 @@ def test_peak_matches_torch_memtracker_on_fake_tensors():
 # ------------------------------------------------------------------------------------------ fits, max_batch
 
 def test_a_huge_batch_does_not_fit_a_small_gpu_and_compare_skips_it():
-    g = estimator.trace(*_resnet18(4096), mode="training", batch=4096)
+    g = gpuest.trace(*_resnet18(4096), mode="training", batch=4096)
     assert memory_estimate(g, get_gpu("T4")).fits is False
     assert memory_estimate(g, get_gpu("H200")).fits is True
-    df = estimator.compare(g, ["T4", "H200"])
+    df = gpuest.compare(g, ["T4", "H200"])
     t4 = df[df.gpu == "T4"].iloc[0]
     assert not t4.fits and t4.isna()["rank_time"] and df.iloc[0].gpu == "H200"
-    est = estimator.estimate(g, "T4")
+    est = gpuest.estimate(g, "T4")
     assert est.fits is False and any("out of memory" in n for n in est.notes)
 
 
 def _resnet18(batch: int):
-    from estimator.capture.models import load_model
+    from gpuest.capture.models import load_model
     loaded = load_model("resnet18", batch=batch)
     return loaded.model, loaded.example_inputs
 
@@ -213,8 +213,8 @@ def test_cli_memory_rejects_bad_input(capsys, argv, message):
 # ------------------------------------------------------------------------------------------ accuracy report
 
 def test_memory_accuracy_report_scores_peaks_and_verdicts(tmp_path):
-    from estimator.report.memory_accuracy import main as report_main
-    from estimator.price.estimate import as_graph
+    from gpuest.report.memory_accuracy import main as report_main
+    from gpuest.price.estimate import as_graph
     predicted = memory_estimate(as_graph("resnet18", batch=1, mode="inference"), get_gpu("H100")).peak_bytes
     prov = {"gpu_name": "NVIDIA H100 80GB HBM3", "torch": "2.11", "date": "today"}
     base = {"schema": "gpuest.memory/1", "model": "resnet18", "batch": 1, "mode": "inference", "precision": "fp32",

@@ -1,4 +1,4 @@
-"""`estimator.capture.models.load_model`: spec forms, devices, dtypes, input shapes and errors."""
+"""`gpuest.capture.models.load_model`: spec forms, devices, dtypes, input shapes and errors."""
 from __future__ import annotations
 
 import subprocess
@@ -10,9 +10,9 @@ import pytest
 import torch
 import torchvision
 
-from estimator.capture.models import LoadedModel, list_models, load_model
-from estimator.capture.zoo import RecurrentLM
-from estimator.errors import ModelSpecError
+from gpuest.capture.models import LoadedModel, list_models, load_model
+from gpuest.capture.zoo import RecurrentLM
+from gpuest.errors import ModelSpecError
 
 
 def _all_meta(model: torch.nn.Module) -> bool:
@@ -164,7 +164,7 @@ def test_transformers_missing_says_how_to_install(monkeypatch):
 
 
 def test_no_optional_imports_at_module_import():
-    code = ("import sys, estimator.capture.models, estimator.capture.zoo; "
+    code = ("import sys, gpuest.capture.models, gpuest.capture.zoo; "
             "bad = [m for m in ('timm', 'transformers') if m in sys.modules]; assert not bad, bad")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             cwd=Path(__file__).resolve().parents[1])

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torchvision
 
-import estimator
+import gpuest
 
 GPU = "V100"
 BATCH = 8                       # small, to stay fast; the doc uses 64 and 128
@@ -23,19 +23,19 @@ def _trace(precision: str):
     with torch.device("meta"):
         model = torchvision.models.resnet50()
     x = torch.empty(BATCH, 3, 224, 224, device="meta")
-    return estimator.trace(model, (x,), mode="training", precision=precision, name="resnet50", batch=BATCH)
+    return gpuest.trace(model, (x,), mode="training", precision=precision, name="resnet50", batch=BATCH)
 
 
 @pytest.fixture(scope="module", params=["fp32", "fp16-mixed"])
 def capped(request):
     """(spec, sweep over the catalogue's power limits from high to low, {limit: Estimate})."""
-    spec = estimator.get_gpu(GPU)
+    spec = gpuest.get_gpu(GPU)
     graph = _trace(request.param)
     limits = np.arange(spec.power_limit_max_w, spec.power_limit_min_w - 1e-9, -25.0)
-    df = estimator.sweep(graph, GPU, power_limits=limits)
+    df = gpuest.sweep(graph, GPU, power_limits=limits)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")        # V100: no TF32 hardware path
-        ests = {float(w): estimator.estimate(graph, GPU, power_limit=float(w)) for w in limits}
+        ests = {float(w): gpuest.estimate(graph, GPU, power_limit=float(w)) for w in limits}
     assert list(df["power_limit_w"]) == sorted(df["power_limit_w"], reverse=True)
     return spec, df.reset_index(drop=True), ests
 

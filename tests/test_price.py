@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-import estimator
-from estimator.catalog import get_gpu
-from estimator.errors import GraphNotAnnotatedError
-from estimator.annotate.formulas import PERSISTENT_STEP_WEIGHTS
-from estimator.price.device_time import OVERHEAD_SCALE_S, device_times, persistent_steps
-from estimator.price.host_timeline import simulate
-from estimator.price.node_table import NodeTable
-from estimator.profile import mode_key, prior_profile
+import gpuest
+from gpuest.catalog import get_gpu
+from gpuest.errors import GraphNotAnnotatedError
+from gpuest.annotate.formulas import PERSISTENT_STEP_WEIGHTS
+from gpuest.price.device_time import device_times, persistent_steps
+from gpuest.price.features import OVERHEAD_SCALE_S
+from gpuest.price.host_timeline import simulate
+from gpuest.price.node_table import NodeTable
+from gpuest.profile import mode_key, prior_profile
 
 
 class MatMul(torch.nn.Module):
@@ -30,7 +31,7 @@ class Add(torch.nn.Module):
 
 def graph_of(module, *shapes, dtype=torch.bfloat16, **kw):
     inputs = tuple(torch.empty(s, dtype=dtype, device="meta") for s in shapes)
-    return estimator.trace(module, inputs, **kw)
+    return gpuest.trace(module, inputs, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +51,8 @@ def tiny_add():
 
 def test_large_matmul_is_compute_bound_and_scales_with_clock(big_matmul):
     # Clocks low enough that the power limit does not throttle either run.
-    hi = estimator.estimate(big_matmul, "H100", clock=1200, launch="graph")
-    lo = estimator.estimate(big_matmul, "H100", clock=600, launch="graph")
+    hi = gpuest.estimate(big_matmul, "H100", clock=1200, launch="graph")
+    lo = gpuest.estimate(big_matmul, "H100", clock=600, launch="graph")
     assert hi.effective_clock_mhz == pytest.approx(1200) and lo.effective_clock_mhz == pytest.approx(600)
     assert hi.bound == "compute"
     # Device time is latency + compute; the compute part doubles at half the clock.
@@ -65,8 +66,8 @@ def test_large_matmul_is_compute_bound_and_scales_with_clock(big_matmul):
 
 def test_large_elementwise_is_memory_bound_and_clock_independent(big_add):
     gpu = get_gpu("A100")
-    hi = estimator.estimate(big_add, "A100", launch="graph")
-    lo = estimator.estimate(big_add, "A100", clock=gpu.max_clock_mhz / 2, launch="graph")
+    hi = gpuest.estimate(big_add, "A100", launch="graph")
+    lo = gpuest.estimate(big_add, "A100", clock=gpu.max_clock_mhz / 2, launch="graph")
     assert hi.bound == "memory"
     assert lo.device_time_s == pytest.approx(hi.device_time_s, rel=1e-9)
     moved = 3 * (1 << 28) * 2  # two bf16 inputs read, one output written
@@ -75,8 +76,8 @@ def test_large_elementwise_is_memory_bound_and_clock_independent(big_add):
 
 
 def test_tiny_op_is_host_or_latency_bound(tiny_add):
-    eager = estimator.estimate(tiny_add, "H100")
-    graph = estimator.estimate(tiny_add, "H100", launch="graph")
+    eager = gpuest.estimate(tiny_add, "H100")
+    graph = gpuest.estimate(tiny_add, "H100", launch="graph")
     assert eager.bound == "host"
     assert graph.bound in ("latency", "host")
     assert eager.time_s > graph.time_s
@@ -86,9 +87,9 @@ def test_monotone_in_clock_and_batch():
     net = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512))
     times = []
     for b in (1, 8, 64, 512):
-        g = estimator.trace(net, (torch.empty(b, 512, device="meta"),), mode="training", batch=b)
+        g = gpuest.trace(net, (torch.empty(b, 512, device="meta"),), mode="training", batch=b)
         clocks = np.linspace(400, 1980, 5)
-        ts = [estimator.estimate(g, "H100", clock=c).time_s for c in clocks]
+        ts = [gpuest.estimate(g, "H100", clock=c).time_s for c in clocks]
         assert all(a >= b_ - 1e-15 for a, b_ in zip(ts, ts[1:])), "time must not rise with clock"
         times.append(ts[-1])
     # a host-bound step takes the same time at every batch: equal up to summation rounding
@@ -110,25 +111,25 @@ def test_host_timeline_matches_loop():
 
 def test_unknown_gpu_and_bad_clock(big_add):
     with pytest.raises(ValueError, match="closest"):
-        estimator.estimate(big_add, "A1OO")
+        gpuest.estimate(big_add, "A1OO")
     with pytest.raises(ValueError, match="range"):
-        estimator.estimate(big_add, "A100", clock=0)
+        gpuest.estimate(big_add, "A100", clock=0)
     with pytest.raises(ValueError, match="range"):
-        estimator.estimate(big_add, "A100", clock=5000)
+        gpuest.estimate(big_add, "A100", clock=5000)
     with pytest.raises(ValueError, match="range"):
-        estimator.estimate(big_add, "A100", power_limit=5)
+        gpuest.estimate(big_add, "A100", power_limit=5)
 
 
 def test_graph_not_from_trace_is_rejected():
     g = nx.DiGraph()
     g.add_node(0, op="aten.mm.default")
-    with pytest.raises(GraphNotAnnotatedError, match="estimator.trace"):
-        estimator.estimate(g, "A100")
+    with pytest.raises(GraphNotAnnotatedError, match="gpuest.trace"):
+        gpuest.estimate(g, "A100")
 
 
 def test_missing_math_mode_priced_as_fallback_with_warning(big_matmul):
     with pytest.warns(UserWarning, match="no bf16"):
-        est = estimator.estimate(big_matmul, "V100")
+        est = gpuest.estimate(big_matmul, "V100")
     assert set(est.per_node.loc[~est.per_node["free"], "math_mode"]) == {"fp32"}
 
 
@@ -143,8 +144,8 @@ def test_unsupported_op_is_priced_by_bytes_and_reported():
         def forward(self, x):
             return torch.ops.gpuest_test_price.mystery(x)
 
-    g = estimator.trace(M(), (torch.empty(1024, 1024, device="meta"),))
-    est = estimator.estimate(g, "H100")
+    g = gpuest.trace(M(), (torch.empty(1024, 1024, device="meta"),))
+    est = gpuest.estimate(g, "H100")
     assert est.unsupported_ops() == {"gpuest_test_price.mystery.default": 1}
     row = est.per_node[est.per_node["op"] == "gpuest_test_price.mystery.default"].iloc[0]
     assert row["bytes"] == 2 * 1024 * 1024 * 4 and row["time_s"] > 0
@@ -154,8 +155,8 @@ def test_unsupported_op_is_priced_by_bytes_and_reported():
 def test_power_and_energy_are_physical(big_matmul, big_add):
     for g in (big_matmul, big_add):
         gpu = get_gpu("H100")
-        hi = estimator.estimate(g, "H100")
-        lo = estimator.estimate(g, "H100", clock=1000)
+        hi = gpuest.estimate(g, "H100")
+        lo = gpuest.estimate(g, "H100", clock=1000)
         assert lo.avg_power_w <= hi.avg_power_w + 1e-9
         assert hi.avg_power_w <= gpu.tdp_w + 1e-6
         assert hi.energy_j == pytest.approx(hi.per_node["energy_j"].sum(), rel=0.05)
@@ -166,11 +167,11 @@ def test_memory_power_counts_cudnn_layout_transposes():
     """A tensor-core convolution of NCHW data moves its activations through cuDNN's NHWC transposes as
     well: its memory utilisation is (1 + RELAYOUT_TRAFFIC) times that of the same convolution on NHWC
     data at the same time, and its power higher."""
-    from estimator.price.device_time import device_times
-    from estimator.price.node_table import NodeTable
-    from estimator.price.power import RELAYOUT_TRAFFIC, node_power
-    from estimator.price.profile_choice import roofline_profile
-    from estimator.profile import prior_profile
+    from gpuest.price.device_time import device_times
+    from gpuest.price.node_table import NodeTable
+    from gpuest.price.power import RELAYOUT_TRAFFIC, node_power
+    from gpuest.price.profile_choice import roofline_profile
+    from gpuest.profile import prior_profile
     gpu = get_gpu("H100")
     conv = {"op": "aten.convolution.default", "category": "conv", "math_mode": "bf16", "flops": 1e10,
             "bytes_read": 2e6, "bytes_written": 2e6, "gemm_m": 4096, "gemm_n": 64, "gemm_k": 576, "window": 9}
@@ -184,57 +185,57 @@ def test_memory_power_counts_cudnn_layout_transposes():
 
 def test_power_limit_caps_power_and_slows_compute_bound(big_matmul):
     gpu = get_gpu("H100")
-    free = estimator.estimate(big_matmul, "H100")
-    capped = estimator.estimate(big_matmul, "H100", power_limit=gpu.power_limit_min_w)
+    free = gpuest.estimate(big_matmul, "H100")
+    capped = gpuest.estimate(big_matmul, "H100", power_limit=gpu.power_limit_min_w)
     assert capped.avg_power_w <= gpu.power_limit_min_w * 1.01
     assert capped.time_s >= free.time_s
     assert capped.effective_clock_mhz < free.effective_clock_mhz
 
 
 def test_memory_bound_loses_little_at_lower_clock(big_add, big_matmul):
-    slow_mem = estimator.estimate(big_add, "H100", clock=990).time_s / estimator.estimate(big_add, "H100").time_s
-    slow_mm = (estimator.estimate(big_matmul, "H100", clock=990).time_s
-               / estimator.estimate(big_matmul, "H100").time_s)
+    slow_mem = gpuest.estimate(big_add, "H100", clock=990).time_s / gpuest.estimate(big_add, "H100").time_s
+    slow_mm = (gpuest.estimate(big_matmul, "H100", clock=990).time_s
+               / gpuest.estimate(big_matmul, "H100").time_s)
     assert slow_mem < 1.05
     assert slow_mm > 1.6
 
 
 def test_compare_ranks_gpus(big_matmul):
-    df = estimator.compare(big_matmul, ["H100", "A100", "T4"])
+    df = gpuest.compare(big_matmul, ["H100", "A100", "T4"])
     assert list(df["gpu"])[0] == "H100-SXM"
     assert df["time_s"].is_monotonic_increasing
-    by_energy = estimator.compare(big_matmul, ["H100", "A100", "T4"], by="energy",
+    by_energy = gpuest.compare(big_matmul, ["H100", "A100", "T4"], by="energy",
                                   price_per_hour={"H100": 3.0, "A100": 1.5, "T4": 0.3})
     assert by_energy["energy_j"].is_monotonic_increasing
     assert (by_energy["cost_per_step"] > 0).all()
 
 
 def test_optimal_respects_max_slowdown(big_matmul):
-    fastest = estimator.optimal(big_matmul, "A100", "time")
-    best = estimator.optimal(big_matmul, "A100", "energy", max_slowdown=0.1)
+    fastest = gpuest.optimal(big_matmul, "A100", "time")
+    best = gpuest.optimal(big_matmul, "A100", "energy", max_slowdown=0.1)
     assert best["time_s"] <= fastest["time_s"] * 1.1 + 1e-12
-    unconstrained = estimator.optimal(big_matmul, "A100", "energy")
+    unconstrained = gpuest.optimal(big_matmul, "A100", "energy")
     assert unconstrained["energy_j"] <= best["energy_j"] + 1e-12
 
 
 def test_interval_brackets_prediction(big_matmul):
-    est = estimator.estimate(big_matmul, "H100")
+    est = gpuest.estimate(big_matmul, "H100")
     assert est.time_low_s <= est.time_s <= est.time_high_s
     assert math.isfinite(est.time_high_s)
 
 
 def test_str_is_summary_table(big_matmul):
-    text = str(estimator.estimate(big_matmul, "A100", clock=1410))
+    text = str(gpuest.estimate(big_matmul, "A100", clock=1410))
     assert "A100" in text and "1410 MHz" in text and "wall time" in text and "mm" in text
 
 
 def test_infeasible_power_limit_is_reported(big_matmul):
     """A limit below the power the model predicts even fully throttled is not silently 'met'."""
     import dataclasses
-    from estimator.profile import prior_profile
+    from gpuest.profile import prior_profile
     prior = prior_profile()
     hot = dataclasses.replace(prior, power=dataclasses.replace(prior.power, idle_w=450.0, static_w=500.0))
-    est = estimator.estimate(big_matmul, "H100", power_limit=200, profile=hot)
+    est = gpuest.estimate(big_matmul, "H100", power_limit=200, profile=hot)
     assert any("cannot be met" in n for n in est.notes)
     assert est.avg_power_w > 200
 
@@ -243,7 +244,7 @@ def _profile_with(residuals: dict, features=None):
     """The prior with chosen residual fits: constant log-efficiency per key (synthetic, not measured)."""
     from dataclasses import replace
 
-    from estimator.profile import ResidualFit, prior_profile
+    from gpuest.profile import ResidualFit, prior_profile
     prior = prior_profile()
     names = tuple(features or prior.residual_features)
     zero = tuple(tuple(0.0 for _ in names) for _ in names)
@@ -253,7 +254,7 @@ def _profile_with(residuals: dict, features=None):
 
 
 def test_fp16_and_bf16_share_their_fits_and_fp32_does_not():
-    from estimator.price.device_time import fit_key
+    from gpuest.price.device_time import fit_key
     op, fits = "aten.mm.default", {mode_key("aten.mm.default", "bf16"), "matmul"}
     assert fit_key(op, "matmul", "fp16", fits) == fit_key(op, "matmul", "bf16", fits) == mode_key(op, "fp16")
     assert fit_key(op, "matmul", "fp32", fits) == "matmul"
@@ -267,14 +268,14 @@ def test_most_specific_residual_fit_prices_each_node(big_matmul):
     for i in range(len(keys)):
         # key i gets log-efficiency log(2); the less specific ones log(4), the more specific are absent
         prof = _profile_with({k: (math.log(2.0) if j == i else math.log(4.0)) for j, k in enumerate(keys) if j >= i})
-        times.append(estimator.estimate(big_matmul, "H100", profile=prof).device_time_s)
-    plain = estimator.estimate(big_matmul, "H100", profile=_profile_with({"default": 0.0})).device_time_s
+        times.append(gpuest.estimate(big_matmul, "H100", profile=prof).device_time_s)
+    plain = gpuest.estimate(big_matmul, "H100", profile=_profile_with({"default": 0.0})).device_time_s
     for t in times:
         assert t == pytest.approx(2.0 * plain, rel=0.02)
 
 
 def test_only_16_bit_atomic_accumulation_sets_the_atomic_lowp_feature():
-    from estimator.profile import RESIDUAL_FEATURES
+    from gpuest.price.features import RESIDUAL_FEATURES
     base = {"op": "aten.upsample_bilinear2d_backward.default", "category": "pool", "flops": 1e6,
             "bytes_read": 4e6, "bytes_written": 1e6}
     table = NodeTable.from_records([{**base, "math_mode": "bf16", "atomic_adds": True},
@@ -287,8 +288,8 @@ def test_only_16_bit_atomic_accumulation_sets_the_atomic_lowp_feature():
 def test_a_kernel_variant_has_its_own_fit_and_falls_back_to_its_ops():
     """A transposed convolution is priced by the fits of its variant where the profile has them, else by
     its op's (in its math mode first), never by a sibling variant's."""
-    from estimator.price.device_time import fit_key
-    from estimator.profile import variant_op
+    from gpuest.price.device_time import fit_key
+    from gpuest.profile import variant_op
     op = variant_op("aten.convolution.default", "transposed")
     have = {mode_key(op, "bf16"), "aten.convolution.default@tf32", "aten.convolution.default",
             variant_op("aten.convolution.default", "1d"), "conv"}
@@ -301,9 +302,9 @@ def test_a_kernel_variant_has_its_own_fit_and_falls_back_to_its_ops():
 def test_in_place_op_falls_back_to_its_out_of_place_fit_and_pool():
     """An op the suite never measured in place (add_) is priced by its out-of-place form's fit and
     residual pool (add), ahead of the category's fit; an op measured in place keeps its own."""
-    from estimator.price.device_time import fit_key
-    from estimator.price.local_correction import local_corrections, pool_key
-    from estimator.profile import ResidualPoints
+    from gpuest.price.device_time import fit_key
+    from gpuest.price.local_correction import local_corrections, pool_key
+    from gpuest.profile import ResidualPoints
     have = {"aten.add.Tensor@fp32", "aten.add.Tensor", "aten.relu_.default", "aten.relu.default", "elementwise"}
     assert fit_key("aten.add_.Tensor", "elementwise", "fp32", have) == "aten.add.Tensor@fp32"
     assert fit_key("aten.add_.Tensor", "elementwise", "bf16", have) == "aten.add.Tensor"
@@ -320,13 +321,14 @@ def test_profile_with_fewer_features_still_prices(big_matmul):
     """A profile names the features its fit used; one fitted before a feature existed keeps working."""
     import json
 
-    from estimator.profile import RESIDUAL_FEATURES, profile_from_json
+    from gpuest.price.features import RESIDUAL_FEATURES
+    from gpuest.profile import profile_from_json
     old = _profile_with({"default": math.log(1.5)}, features=RESIDUAL_FEATURES[:8])
     loaded = profile_from_json(json.loads(json.dumps(old.to_json())))
     assert loaded.residual_features == RESIDUAL_FEATURES[:8]
-    plain = estimator.estimate(big_matmul, "H100", profile=_profile_with({"default": 0.0})).device_time_s
-    assert estimator.estimate(big_matmul, "H100", profile=loaded).device_time_s == pytest.approx(1.5 * plain, rel=0.02)
-    with pytest.raises(estimator.errors.ProfileError, match="unknown"):
+    plain = gpuest.estimate(big_matmul, "H100", profile=_profile_with({"default": 0.0})).device_time_s
+    assert gpuest.estimate(big_matmul, "H100", profile=loaded).device_time_s == pytest.approx(1.5 * plain, rel=0.02)
+    with pytest.raises(gpuest.errors.ProfileError, match="unknown"):
         profile_from_json({**json.loads(json.dumps(old.to_json())), "residual_features": ["const", "made_up"]})
 
 
@@ -334,8 +336,8 @@ def test_eval_batch_norm_is_an_affine_pass_not_a_statistics_kernel():
     """With running statistics batch norm is one elementwise pass; in training it reduces first."""
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8))
     x = (torch.empty(2, 3, 16, 16, device="meta"),)
-    inference = estimator.trace(model, x, mode="inference")
-    training = estimator.trace(model, x, mode="training")
+    inference = gpuest.trace(model, x, mode="inference")
+    training = gpuest.trace(model, x, mode="training")
     bn_eval = [d for _, d in inference.nodes(data=True) if "batch_norm" in d["op"]]
     bn_train = [d for _, d in training.nodes(data=True) if d["op"] == "aten.cudnn_batch_norm.default"]
     assert [(d["op"], d["category"]) for d in bn_eval] == [
@@ -344,10 +346,10 @@ def test_eval_batch_norm_is_an_affine_pass_not_a_statistics_kernel():
 
 
 def _features_of(records, gpu_name="H100"):
-    from estimator.price.device_time import device_times
-    from estimator.price.node_table import NodeTable
-    from estimator.price.profile_choice import roofline_profile
-    from estimator.profile import RESIDUAL_FEATURES
+    from gpuest.price.device_time import device_times
+    from gpuest.price.node_table import NodeTable
+    from gpuest.price.profile_choice import roofline_profile
+    from gpuest.price.features import RESIDUAL_FEATURES
     gpu = get_gpu(gpu_name)
     times, _ = device_times(NodeTable.from_records(records), gpu, gpu.max_clock_mhz, roofline_profile())
     return {name: times.features[:, i] for i, name in enumerate(RESIDUAL_FEATURES)}
@@ -356,7 +358,7 @@ def _features_of(records, gpu_name="H100"):
 def test_deep_gemm_with_few_output_tiles_is_split_along_k():
     """A weight gradient over many tokens (96 x 384 outputs: 3 tiles on 132 SMs) is split along K and
     fills the GPU; the same output with a shallow K cannot be split and leaves most SMs idle."""
-    from estimator.price.device_time import GEMM_TILE, SPLIT_K_DEPTH
+    from gpuest.price.features import GEMM_TILE, SPLIT_K_DEPTH
     mm = {"op": "aten.mm.default", "category": "matmul", "math_mode": "bf16", "flops": 1e9, "bytes_read": 1e6,
           "bytes_written": 1e6, "gemm_m": 96, "gemm_n": 384}
     f = _features_of([{**mm, "gemm_k": 401408}, {**mm, "gemm_k": SPLIT_K_DEPTH // 2},
@@ -368,7 +370,7 @@ def test_deep_gemm_with_few_output_tiles_is_split_along_k():
 
 
 def test_row_features_follow_rows_and_row_length():
-    from estimator.price.device_time import ROW_BLOCKS_PER_SM
+    from gpuest.price.features import ROW_BLOCKS_PER_SM
     gpu = get_gpu("H100")
     base = {"op": "aten.native_layer_norm.default", "category": "norm", "math_mode": "fp32", "flops": 1e6,
             "bytes_read": 1e6, "bytes_written": 1e6}
@@ -383,7 +385,7 @@ def test_row_features_follow_rows_and_row_length():
 def test_norm_rows_fill_the_gpu_only_with_several_blocks_per_sm():
     """A norm gives each row a block: one row per SM still leaves it short of loads in flight, while a
     reduction splits few long rows over blocks and is counted against the SMs alone."""
-    from estimator.price.device_time import ROW_BLOCKS_PER_SM
+    from gpuest.price.features import ROW_BLOCKS_PER_SM
     sms = get_gpu("H100").sm_count
     norm = {"op": "aten.cudnn_batch_norm.default", "category": "norm", "math_mode": "bf16", "flops": 1e6,
             "bytes_read": 1e6, "bytes_written": 1e6, "row_len": 50176}
@@ -395,7 +397,7 @@ def test_norm_rows_fill_the_gpu_only_with_several_blocks_per_sm():
 
 
 def test_row_segment_feature_prices_short_strided_runs():
-    from estimator.price.device_time import ROW_SEGMENT_REF
+    from gpuest.price.features import ROW_SEGMENT_REF
     norm = {"op": "aten.cudnn_batch_norm.default", "category": "norm", "math_mode": "bf16", "flops": 1e6,
             "bytes_read": 1e6, "bytes_written": 1e6, "row_count": 512, "row_len": 128 * 49}
     f = _features_of([{**norm, "row_segment": 49}, {**norm, "row_segment": 56 * 56}, {**norm, "row_segment": 1},
@@ -407,9 +409,9 @@ def test_row_segment_feature_prices_short_strided_runs():
 
 
 def _times_of(records, gpu_name="H100"):
-    from estimator.price.device_time import device_times
-    from estimator.price.node_table import NodeTable
-    from estimator.price.profile_choice import roofline_profile
+    from gpuest.price.device_time import device_times
+    from gpuest.price.node_table import NodeTable
+    from gpuest.price.profile_choice import roofline_profile
     gpu = get_gpu(gpu_name)
     table = NodeTable.from_records(records)
     return table, device_times(table, gpu, gpu.max_clock_mhz, roofline_profile())[0]
@@ -434,7 +436,7 @@ def test_causal_skipping_saves_time_only_with_waves_to_spare():
     """A causal kernel cannot finish before its longest query tile: when one wave holds every query tile
     it takes the full time; with many waves it saves the skipped key tiles, but not the fixed part each
     query tile pays."""
-    from estimator.price.device_time import ATTENTION_CTAS_PER_SM, ATTENTION_TILE_OVERHEAD
+    from gpuest.price.device_time import ATTENTION_CTAS_PER_SM, ATTENTION_TILE_OVERHEAD
     base = {"op": "aten._scaled_dot_product_flash_attention.default", "category": "attention",
             "math_mode": "bf16", "flops": 1e12, "flops_skipped": 0.45e12, "bytes_read": 1e6, "bytes_written": 1e6,
             "gemm_n": 2048, "gemm_k": 64}
@@ -466,7 +468,7 @@ def test_layout_and_window_features():
     g = _features_of([{**base, "op": "aten.add_.Tensor", "category": "elementwise", "broadcast": True,
                        "mixed_dtypes": True}, {**conv, "mixed_dtypes": True}])
     assert list(g["broadcast"]) == [1.0, 0.0] and list(g["mixed_dtypes"]) == [1.0, 0.0]  # tensor-core ops: no
-    from estimator.price.device_time import BROADCAST_RUN_REF
+    from gpuest.price.features import BROADCAST_RUN_REF
     big = {**base, "op": "aten.add.Tensor", "category": "elementwise", "broadcast": True, "bytes_read": 4e9}
     r = _features_of([{**big, "broadcast_run": 49}, {**big, "broadcast_run": 3136}, {**big, "broadcast_run": 1},
                       {**big, "broadcast": False, "broadcast_run": 0},
@@ -531,14 +533,15 @@ def test_host_paced_node_overlaps_its_launches():
 
 
 def test_odd_row_lengths_are_flagged_for_row_kernels():
-    from estimator.price.device_time import device_times
-    from estimator.price.node_table import node_table
-    from estimator.profile import RESIDUAL_FEATURES, prior_profile
+    from gpuest.price.device_time import device_times
+    from gpuest.price.node_table import node_table
+    from gpuest.price.features import RESIDUAL_FEATURES
+    from gpuest.profile import prior_profile
     gpu = get_gpu("H100")
     col = RESIDUAL_FEATURES.index("odd_rows")
     for dim, odd in [(50, 1.0), (75, 1.0), (64, 0.0), (1024, 0.0)]:
         ln = torch.nn.LayerNorm(dim, device="meta")
-        g = estimator.trace(ln, (torch.empty(4096, dim, device="meta"),))
+        g = gpuest.trace(ln, (torch.empty(4096, dim, device="meta"),))
         t = node_table(g)
         times, _ = device_times(t, gpu, gpu.max_clock_mhz, prior_profile())
         norm = t.category == "norm"
@@ -547,12 +550,12 @@ def test_odd_row_lengths_are_flagged_for_row_kernels():
 
 def test_lstm_steps_run_one_after_another():
     T, B, H, I = 32, 8, 256, 64
-    g = estimator.trace(torch.nn.LSTM(I, H, device="meta"), (torch.empty(T, B, I, device="meta"),), mode="training")
+    g = gpuest.trace(torch.nn.LSTM(I, H, device="meta"), (torch.empty(T, B, I, device="meta"),), mode="training")
     rnn = {d["op"]: d for _, d in g.nodes(data=True) if d.get("category") == "rnn"}
     fwd, bwd = rnn["aten._cudnn_rnn.default"], rnn["aten._cudnn_rnn_backward.default"]
     # a recurrent GEMM and a gate kernel per step (priced as RNN_STEP_LAUNCHES launches), plus the input
     # GEMM over all steps (cuDNN)
-    from estimator.annotate.formulas import RNN_STEP_LAUNCHES
+    from gpuest.annotate.formulas import RNN_STEP_LAUNCHES
     assert fwd["kernels"] == round(RNN_STEP_LAUNCHES * T) + 1 and bwd["kernels"] == fwd["kernels"] + 1
     assert fwd["grid_syncs"] == bwd["grid_syncs"] == 0
     # one step's GEMM fills the GPU, not all steps' at once
@@ -570,10 +573,10 @@ def test_lstm_steps_run_one_after_another():
 def test_a_wide_rnn_step_waits_on_its_gemm_main_loop():
     """A per-step recurrent GEMM over a small batch is a chain of dependent loads: its serial steps grow
     with the steps and the hidden size, forward and backward alike."""
-    from estimator.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN, RNN_STEP_K_DEPTH
+    from gpuest.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN, RNN_STEP_K_DEPTH
 
     def serial(T, H):
-        g = estimator.trace(torch.nn.LSTM(64, H, device="meta"), (torch.empty(T, 4, 64, device="meta"),),
+        g = gpuest.trace(torch.nn.LSTM(64, H, device="meta"), (torch.empty(T, 4, 64, device="meta"),),
                             mode="training")
         rnn = {d["op"]: d for _, d in g.nodes(data=True) if d.get("category") == "rnn"}
         return rnn["aten._cudnn_rnn.default"]["serial_steps"], rnn["aten._cudnn_rnn_backward.default"]["serial_steps"]
@@ -590,12 +593,12 @@ def test_a_narrow_rnn_in_16_bits_runs_per_step_kernels(how):
     """cuDNN keeps a narrow layer in one persistent kernel only in fp32: in 16 bits (bf16 weights, or
     CUDA autocast, which runs cuDNN's RNNs in fp16 whatever its own dtype) it launches a GEMM and a cell
     kernel per step, as the session-15 kernel profiles show."""
-    from estimator.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN, cudnn_rnn_kernels
+    from gpuest.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN, cudnn_rnn_kernels
     T, B, H = 30, 4, 64
     assert H <= PERSISTENT_RNN_MAX_HIDDEN
     lstm = torch.nn.LSTM(H, H, device="meta", dtype=torch.bfloat16 if how == "bf16 weights" else torch.float32)
     x = torch.empty(T, B, H, device="meta", dtype=torch.bfloat16 if how == "bf16 weights" else torch.float32)
-    g = estimator.trace(lstm, (x,), mode="training", precision="bf16-mixed" if how == "autocast" else "fp32")
+    g = gpuest.trace(lstm, (x,), mode="training", precision="bf16-mixed" if how == "autocast" else "fp32")
     rnn = {d["op"]: d for _, d in g.nodes(data=True) if d.get("category") == "rnn"}
     fwd, bwd = rnn["aten._cudnn_rnn.default"], rnn["aten._cudnn_rnn_backward.default"]
     assert fwd["grid_syncs"] == bwd["grid_syncs"] == 0
@@ -610,7 +613,7 @@ def test_a_recurrent_call_costs_what_cudnn_computes_whatever_the_cpu_path(cell, 
     cuDNN runs all of them as one call whose FLOPs and GEMM shape follow from the module, so the three
     cells' nodes differ by their gate counts alone (a GRU's backward once counted 1.5x its forward)."""
     T, B, H, I, layers = 12, 16, 320, 48, 2
-    g = estimator.trace(cell(I, H, layers, batch_first=True, device="meta"), (torch.empty(B, T, I, device="meta"),),
+    g = gpuest.trace(cell(I, H, layers, batch_first=True, device="meta"), (torch.empty(B, T, I, device="meta"),),
                         mode="training")
     rnn = {d["op"]: d for _, d in g.nodes(data=True) if d.get("category") == "rnn"}
     fwd, bwd = rnn["aten._cudnn_rnn.default"], rnn["aten._cudnn_rnn_backward.default"]
@@ -628,10 +631,10 @@ def test_a_narrow_rnn_runs_its_steps_inside_one_persistent_kernel(cell):
     direction whose blocks meet once per step: a few launches whatever the length, a grid barrier per
     step that the profile prices at grid_sync_s each, and serial work per step that grows with the
     recurrent weights (gates x hidden^2)."""
-    from estimator.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN
-    from estimator.price.device_time import PERSISTENT_REGISTER_STEPS
+    from gpuest.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN
+    from gpuest.price.device_time import PERSISTENT_REGISTER_STEPS
     T, B, H, I, layers = 40, 4, 128, 32, 2
-    g = estimator.trace(cell(I, H, layers, bidirectional=True, device="meta"),
+    g = gpuest.trace(cell(I, H, layers, bidirectional=True, device="meta"),
                         (torch.empty(T, B, I, device="meta"),), mode="training")
     rnn = {d["op"]: d for _, d in g.nodes(data=True) if d.get("category") == "rnn"}
     fwd, bwd = rnn["aten._cudnn_rnn.default"], rnn["aten._cudnn_rnn_backward.default"]
@@ -646,7 +649,7 @@ def test_a_narrow_rnn_runs_its_steps_inside_one_persistent_kernel(cell):
     # allows; a wide layer's per-step GEMMs take TF32 where cuDNN may (torch's default).
     assert torch.backends.cudnn.allow_tf32
     assert fwd["math_mode"] == bwd["math_mode"] == "fp32"
-    wide = estimator.trace(cell(I, 2 * PERSISTENT_RNN_MAX_HIDDEN, device="meta"), (torch.empty(T, B, I, device="meta"),))
+    wide = gpuest.trace(cell(I, 2 * PERSISTENT_RNN_MAX_HIDDEN, device="meta"), (torch.empty(T, B, I, device="meta"),))
     assert [d["math_mode"] for _, d in wide.nodes(data=True) if d.get("category") == "rnn"] == ["tf32"]
     # Each step costs a barrier, its serial work, and more for weights beyond those kept in registers;
     # the same node without barriers is no persistent kernel and pays none of it.
@@ -666,7 +669,7 @@ def test_a_persistent_step_pays_more_per_weight_beyond_those_its_registers_hold(
     prof, gpu = prior_profile(), get_gpu("H100")
 
     def step_s(hidden: int) -> tuple[float, float]:
-        g = estimator.trace(torch.nn.LSTM(32, hidden, device="meta"), (torch.empty(T, B, 32, device="meta"),))
+        g = gpuest.trace(torch.nn.LSTM(32, hidden, device="meta"), (torch.empty(T, B, 32, device="meta"),))
         table = NodeTable.from_records([d for _, d in g.nodes(data=True) if d.get("category") == "rnn"])
         serial, spilled = persistent_steps(table)
         times, _ = device_times(table, gpu, 1980.0, prof)
@@ -681,8 +684,8 @@ def test_a_persistent_step_pays_more_per_weight_beyond_those_its_registers_hold(
 
 
 def test_local_correction_is_a_shrunk_kernel_mean_of_the_nearest_residuals():
-    from estimator.price.local_correction import BANDWIDTH, PRIOR_WEIGHT, correction, local_corrections
-    from estimator.profile import ResidualPoints
+    from gpuest.price.local_correction import BANDWIDTH, PRIOR_WEIGHT, correction, local_corrections
+    from gpuest.profile import ResidualPoints
     points = ResidualPoints(scale=(1.0, 1.0), x=((0.0, 0.0), (0.0, 10.0)), residual=(0.4, -0.4))
     on_point, far = correction(np.array([[0.0, 0.0], [50.0, 50.0]]), points)
     far_weight = math.exp(-0.5 * (10.0 / BANDWIDTH) ** 2)
@@ -737,14 +740,14 @@ def test_an_op_that_synchronises_pays_the_profiles_stall_per_sync():
     assert times.latency_s[1] - times.latency_s[0] == pytest.approx(prof.host_sync_s)
     assert prof.host_sync_s > 0
     # The plain-roofline baseline has no fixed costs at all, a sync's included.
-    from estimator.price.profile_choice import roofline_profile
+    from gpuest.price.profile_choice import roofline_profile
     plain, _ = device_times(table, get_gpu("H100"), 1980.0, roofline_profile())
     assert not plain.latency_s.any()
 
 
 def test_autocast_dispatch_costs_host_time_per_op():
     from dataclasses import replace
-    from estimator.price.host_timeline import host_parts
+    from gpuest.price.host_timeline import host_parts
     base = {"op": "aten.mm.default", "category": "matmul", "phase": "forward", "flops": 1.0, "bytes_read": 1.0,
             "bytes_written": 1.0, "math_mode": "bf16", "kernels": 1, "free": False, "host_only": False}
     table = NodeTable.from_records([base, {**base, "autocast": True}, {**base, "autocast": True, "free": True}])
@@ -757,7 +760,7 @@ def test_autocast_dispatch_costs_host_time_per_op():
 
 def test_a_copy_an_op_makes_of_its_input_costs_the_host_one_launch():
     from dataclasses import replace
-    from estimator.price.host_timeline import host_parts
+    from gpuest.price.host_timeline import host_parts
     copy = {"op": "aten.clone.default", "category": "copy", "phase": "forward", "flops": 0.0, "bytes_read": 1e6,
             "bytes_written": 1e6, "math_mode": "fp32", "kernels": 1, "free": False, "host_only": False,
             "autocast": True}
@@ -795,7 +798,7 @@ def test_an_output_that_stays_in_l2_lowers_the_floor_and_a_large_one_does_not():
 
 
 def test_lookups_of_short_rows_are_priced_by_rows_not_bytes():
-    from estimator.profile import RESIDUAL_FEATURES
+    from gpuest.price.features import RESIDUAL_FEATURES
     gpu = get_gpu("H100")
     col = RESIDUAL_FEATURES.index("log_gather_bound")
     # The same bytes as 262144 rows of 128 elements or 32768 rows of 1024, from a table that stays in cache.
@@ -814,15 +817,15 @@ def test_lookups_of_short_rows_are_priced_by_rows_not_bytes():
 
 def test_a_gpu_name_or_alias_as_profile_prices_with_that_gpus_shipped_profile(big_matmul):
     """profile="H100" means the H100's shipped calibration, not a file named H100."""
-    from estimator.errors import ProfileError
-    by_alias = estimator.estimate(big_matmul, gpu="H100", profile="H100")
-    assert by_alias.profile_source == "measured" and by_alias.time_s == estimator.estimate(big_matmul, gpu="H100").time_s
-    moved = estimator.estimate(big_matmul, gpu="A100", profile="H100")
+    from gpuest.errors import ProfileError
+    by_alias = gpuest.estimate(big_matmul, gpu="H100", profile="H100")
+    assert by_alias.profile_source == "measured" and by_alias.time_s == gpuest.estimate(big_matmul, gpu="H100").time_s
+    moved = gpuest.estimate(big_matmul, gpu="A100", profile="H100")
     assert moved.profile_source == "transferred" and "H100-SXM" in moved.profile_note
     with pytest.raises(ProfileError, match="accepted: a profile JSON path, 'prior', 'roofline'"):
-        estimator.estimate(big_matmul, gpu="H100", profile="not-a-gpu")
+        gpuest.estimate(big_matmul, gpu="H100", profile="not-a-gpu")
 
 
 def test_export_is_on_the_package_face(big_matmul, tmp_path):
-    path = estimator.export(estimator.estimate(big_matmul, gpu="H100"), tmp_path / "e.json")
-    assert "export" in estimator.__all__ and path.exists() and path.stat().st_size > 0
+    path = gpuest.export(gpuest.estimate(big_matmul, gpu="H100"), tmp_path / "e.json")
+    assert "export" in gpuest.__all__ and path.exists() and path.stat().st_size > 0

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from calibration.fit import RawData, fit_profile, load_raw, load_validation
-from estimator.profile import load_profile, shipped_profiles
+from gpuest.calibrate.fit import RawData, fit_profile, load_raw, load_validation
+from gpuest.profile import load_profile, shipped_profiles
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ["H100-SXM", "H200"]
@@ -36,7 +36,7 @@ def _close(a, b, path="profile", rel=1e-6):
 
 @pytest.mark.parametrize("gpu", PROFILES)
 def test_refit_reproduces_committed_profile(gpu):
-    out = f"estimator/profiles/{gpu}.json"
+    out = f"gpuest/profiles/{gpu}.json"
     committed = json.loads((ROOT / out).read_text())
     # The command the profile says made it (gpuest fit RAW -o OUT --validation FILE...), run again.
     command = committed["provenance"]["fitted_by"]
@@ -53,7 +53,7 @@ def test_shipped_profiles_are_measured_and_used():
     shipped = shipped_profiles()
     assert set(PROFILES) <= set(shipped)
     for name in PROFILES:
-        prof = load_profile(ROOT / f"estimator/profiles/{name}.json")
+        prof = load_profile(ROOT / f"gpuest/profiles/{name}.json")
         assert prof.kind == "measured" and prof.power is not None
         assert prof.provenance["gpu_name"].startswith("NVIDIA H")
         assert prof.provenance["fitted_rows"] > 500
@@ -98,17 +98,17 @@ def test_fit_does_not_depend_on_blas_kernels_or_threads(stored_node_fit, coretyp
 
 
 def test_shipped_profiles_record_their_provenance():
-    from estimator.profile import REQUIRED_PROVENANCE
+    from gpuest.profile import REQUIRED_PROVENANCE
     for name in PROFILES:
-        prov = load_profile(ROOT / f"estimator/profiles/{name}.json").provenance
+        prov = load_profile(ROOT / f"gpuest/profiles/{name}.json").provenance
         assert all(prov.get(k) not in (None, "", []) for k in REQUIRED_PROVENANCE), name
         assert 0 < prov["suite_share"] <= 1 and prov["calibration_commands"][0].startswith("python3 -m calibration")
 
 
 @pytest.mark.parametrize("dropped", ["cudnn_version", "suite_version", "calibration_commands"])
 def test_a_measured_profile_without_provenance_fails_to_load(tmp_path, dropped):
-    from estimator.errors import ProfileError
-    data = json.loads((ROOT / "estimator/profiles/H100-SXM.json").read_text())
+    from gpuest.errors import ProfileError
+    data = json.loads((ROOT / "gpuest/profiles/H100-SXM.json").read_text())
     del data["provenance"][dropped]
     path = tmp_path / "p.json"
     path.write_text(json.dumps(data))

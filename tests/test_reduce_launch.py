@@ -1,13 +1,13 @@
-"""The launch model of ATen's generic reduction kernel (estimator.price.reduce_launch) and what it adds
+"""The launch model of ATen's generic reduction kernel (gpuest.price.reduce_launch) and what it adds
 to a reduction's price: a memset and a serial finish where rows are split over blocks."""
 import numpy as np
 import pytest
 
-from estimator.catalog import get_gpu
-from estimator.price.device_time import device_times
-from estimator.price.node_table import NodeTable
-from estimator.price.profile_choice import roofline_profile
-from estimator.price.reduce_launch import reduce_launch, reduce_launches
+from gpuest.catalog import get_gpu
+from gpuest.price.device_time import device_times
+from gpuest.price.node_table import NodeTable
+from gpuest.price.profile_choice import roofline_profile
+from gpuest.price.reduce_launch import reduce_launch, reduce_launches
 
 H100 = get_gpu("H100")
 

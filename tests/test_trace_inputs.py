@@ -10,7 +10,7 @@ import torch
 import transformers
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from estimator.capture import trace
+from gpuest.capture import trace
 
 B, KV_HEADS, HEADS, HEAD_DIM, LAYERS, CONTEXT = 2, 2, 4, 16, 2, 37
 

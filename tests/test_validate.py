@@ -1,4 +1,4 @@
-"""calibration.validation_set and calibration.validate: the config list, row writing and resume logic.
+"""gpuest.evaluate.validation_set and gpuest.calibrate.validate: the config list, row writing and resume logic.
 
 The GPU parts are replaced by an injected fake `measure` function and a fake run context; one test runs
 the real measurement code path on the CPU (dry run: perf_counter, fake power monitor)."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from calibration import validate as V
-from calibration import validation_set as VS
+from gpuest.calibrate import validate as V
+from gpuest.evaluate import validation_set as VS
 
 
 # ------------------------------------------------------------------ validation set
@@ -180,7 +180,7 @@ def test_device_work_excludes_annotations_on_the_gpu_timeline():
 
     import torch
 
-    from calibration.timing import is_device_work, is_gpu_event
+    from gpuest.calibrate.timing import is_device_work, is_gpu_event
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     kernel = SimpleNamespace(device_type=cuda, is_user_annotation=False, name="ampere_sgemm")
     step = SimpleNamespace(device_type=cuda, is_user_annotation=True, name="Optimizer.step#AdamW.step")
@@ -233,7 +233,7 @@ def test_dry_run_real_code_path(tmp_path: Path):
 def test_the_test_split_is_the_committed_seeded_draw():
     """TEST_MODELS is random.Random(TEST_SPLIT_SEED)'s draw of a third of all validation models, all of them
     new (none the profiles were fitted on), and every generalisation config of one is marked test."""
-    from calibration.validation_set import (MODELS, TEST_MODELS, draw_test_split, fitted_models,
+    from gpuest.evaluate.validation_set import (MODELS, TEST_MODELS, draw_test_split, fitted_models,
                                             generalisation_set)
     assert tuple(TEST_MODELS) == draw_test_split()
     configs = generalisation_set()

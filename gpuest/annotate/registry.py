@@ -1,0 +1,534 @@
+"""One registry of per-ATen-op cost formulas.
+
+Formulas are registered with the `register_cost` decorator, keyed by ATen overload packet
+(`aten.mm`) or by a single overload (`aten.add.Tensor`), in the spirit of
+`torch.utils.flop_counter.register_flop_formula`. A formula receives the op's real (fake)
+arguments and outputs and returns a `Cost`. Ops without a formula fall back to
+`generic_cost`, which prices their tensor traffic and says they are unsupported.
+"""
+from __future__ import annotations
+
+import math
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import torch
+from torch.utils._pytree import tree_leaves
+
+CATEGORIES = (
+    "matmul", "conv", "attention", "rnn", "elementwise", "reduction", "norm", "pool",
+    "embedding", "copy", "optimizer", "view", "other",
+)
+# Categories whose FLOPs run on tensor cores (their peak depends on the math mode).
+TENSOR_CORE_CATEGORIES = frozenset({"matmul", "conv", "attention", "rnn"})
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one ATen op costs on the device.
+
+    flops: floating-point operations (a multiply-add is 2).
+    bytes_read / bytes_written: DRAM traffic assuming each tensor is touched once.
+    gemm_mnk: the implicit GEMM (M, N, K) for matmul-like ops, (0, 0, 0) otherwise.
+    gemm_batch: independent GEMMs of that shape (batch / groups).
+    row_count / row_len: for row-wise ops (norms, softmax, reductions) the independent rows a kernel reduces
+        and the elements in each; 0 otherwise. How a row-wise kernel spreads over the GPU (and how much
+        fixed work each row costs) depends on these, not on the total bytes alone.
+    row_segment: for a row-wise op whose rows are made of several strided runs, the elements of one
+        contiguous run (a batch-norm channel of NCHW data is N runs of H * W, a column sum's row single
+        elements); 0 where each row is contiguous. A kernel reading short runs leaves most of each memory transaction unused.
+    kernels: CUDA kernels the op launches.
+    flops_skipped: FLOPs counted in `flops` (torch's convention, so totals agree with FlopCounterMode)
+        that the kernel never computes: a causal attention kernel skips the tiles above the diagonal.
+        Time is priced on flops - flops_skipped.
+    permuted: the op reads an input in a different memory order from the one it writes (a transpose or
+        a layout change such as NCHW -> NHWC), so one side of the copy cannot be coalesced.
+    read_amplification: for a permuted op, the memory sectors one block of its strided loop touches in
+        the permuted inputs over the sectors their bytes fill (read_amplification()): 1 where the order
+        differs only above a long contiguous run (the head transposes around attention), up to
+        SECTOR_BYTES / element size for a real transpose, whose every element lies in another sector.
+    window: for sliding-window ops (convolution, pooling) the kernel's spatial area (3x3 -> 9), 0
+        otherwise. A 1x1 convolution is a plain GEMM; a larger window gathers its operand (implicit
+        im2col) and re-reads each input element window/stride^2 times.
+    channels_last: the op's activation is stored channels-innermost (NHWC), which selects other kernels
+        than NCHW data does: convolutions and norms, and (records_layout) pooling/resampling and
+        elementwise ops that broadcast a per-channel operand.
+    gemm_plane: for a 1x1 convolution that keeps the spatial size (stride 1, no padding) and is not
+        grouped, the elements of one activation plane (H * W); 0 otherwise. Such a convolution of NCHW
+        data is a batched GEMM over the planes as stored, which cuDNN runs in place when a plane is a
+        whole number of tensor-core loads; any other tensor-core convolution of NCHW data has cuDNN
+        transpose its operands to NHWC and back.
+    mixed_dtypes: the op reads floating tensors of more than one dtype (bf16 activations with fp32
+        weights or a fp32 residual under autocast): elementwise ops then cast per element on their
+        non-vectorised path, and batch norm leaves cuDNN for PyTorch's own kernels.
+    broadcast: a streaming op reads a smaller tensor expanded to its output's shape (a per-channel bias
+        added to an NCHW activation), which takes TensorIterator's strided, non-vectorised path.
+    broadcast_run: for a broadcast op, the output elements innermost in memory over which the expanded
+        tensor's value stays the same (H * W for a per-channel value over NCHW data, 1 for a bias along
+        the last dimension); 0 otherwise. Short runs re-read the small tensor at every few elements.
+    host_syncs: times the op copies a value from the GPU to the host and waits for it (an output size
+        that depends on the data, `.item()`): the host cannot run ahead of the GPU past such an op, and
+        the kernels it launches after each wait start on an idle GPU.
+    grid_syncs: grid-wide barriers inside the op's kernels, where every block waits for the others (a
+        persistent recurrent kernel meets once per time step): serial steps a roofline does not see.
+    reduce_kernel: the op runs ATen's generic reduction kernel (Reduce.cuh: sum, mean, amax, var, ...),
+        whose launch over the GPU follows from its rows alone (gpuest.price.reduce_launch); softmax
+        and the losses reduce rows with kernels of their own.
+    table_lookup: the op looks rows of a table up by index (an embedding): ATen's index_select kernel
+        moves one element per thread, finding its source row for each, so a lookup of short rows, or of
+        rows that stay in cache, is bound by elements and rows rather than bytes.
+    serial_steps: round trips to memory that the op's kernel makes one after another whatever the GPU's
+        width (a block walking its indices in chunks, each chunk waiting on the last): latency a roofline
+        does not see.
+    variant: which family of the op's kernels its arguments select where the families differ in kind
+        (a transposed or a 1-D convolution: data-gradient kernels, height-1 planes), "" for the op's
+        usual one; the residual fit gives a variant with enough benchmarks a fit of its own.
+    atomic_adds: the kernel accumulates into its output with atomic adds (a scatter): 16-bit atomic
+        adds take about twice the time of fp32 ones (compare-and-swap loops or paired adds).
+    """
+
+    flops: float
+    bytes_read: float
+    bytes_written: float
+    category: str
+    gemm_mnk: tuple[int, int, int] = (0, 0, 0)
+    gemm_batch: int = 1
+    row_count: int = 0
+    row_len: int = 0
+    row_segment: int = 0
+    kernels: int = 1
+    supported: bool = True
+    host_only: bool = False
+    flops_skipped: float = 0.0
+    permuted: bool = False
+    read_amplification: float = 1.0
+    window: int = 0
+    channels_last: bool = False
+    gemm_plane: int = 0
+    mixed_dtypes: bool = False
+    broadcast: bool = False
+    broadcast_run: int = 0
+    host_syncs: int = 0
+    grid_syncs: int = 0
+    reduce_kernel: bool = False
+    table_lookup: bool = False
+    serial_steps: float = 0.0
+    variant: str = ""
+    atomic_adds: bool = False
+
+    def __post_init__(self) -> None:
+        if self.category not in CATEGORIES:
+            raise ValueError(f"unknown cost category {self.category!r}; accepted: {CATEGORIES}")
+
+
+# Cost is the node schema: every field is a graph-node attribute (and a key of the nodes a calibration row
+# stores) of the same name and declared type, but gemm_mnk, stored as its three dimensions.
+SPLIT_FIELDS = {"gemm_mnk": ("gemm_m", "gemm_n", "gemm_k")}
+_CASTS = {"float": float, "int": int, "bool": bool, "str": str}
+
+
+def node_attr_names() -> tuple[str, ...]:
+    """The graph-node attributes a Cost sets, in declaration order."""
+    return tuple(n for f in fields(Cost) for n in SPLIT_FIELDS.get(f.name, (f.name,)))
+
+
+def node_attrs(cost: Cost) -> dict[str, Any]:
+    """The graph-node attributes of `cost`, each cast to its declared type."""
+    attrs: dict[str, Any] = {}
+    for f in fields(Cost):
+        value = getattr(cost, f.name)
+        if f.name in SPLIT_FIELDS:
+            attrs.update(zip(SPLIT_FIELDS[f.name], value))
+        else:
+            attrs[f.name] = _CASTS[f.type](value)
+    return attrs
+
+
+@dataclass(frozen=True)
+class OpCall:
+    """One dispatched ATen op with its (fake) arguments and result."""
+
+    func: Any
+    args: tuple
+    kwargs: dict
+    out: Any
+
+    @property
+    def inputs(self) -> list[torch.Tensor]:
+        return tensors((self.args, self.kwargs))
+
+    @property
+    def outputs(self) -> list[torch.Tensor]:
+        """Returned tensors, or the tensors written in place when the op returns nothing."""
+        outs = tensors(self.out)
+        return outs if outs else mutated_args(self.func, self.args, self.kwargs)
+
+
+Formula = Callable[[OpCall], Cost]
+
+
+@dataclass
+class CostRegistry:
+    """Maps ATen ops to cost formulas; overload-specific entries win over packet entries."""
+
+    by_overload: dict[Any, Formula] = field(default_factory=dict)
+    by_packet: dict[Any, Formula] = field(default_factory=dict)
+    # Argument positions an op's CUDA kernel makes contiguous before it runs (`.contiguous()` inside the
+    # ATen implementation), by overload packet, and whether a dense channels-last tensor passes as is.
+    staged_args: dict[Any, tuple[tuple[int, ...], bool]] = field(default_factory=dict)
+
+    def register(self, *ops: Any) -> Callable[[Formula], Formula]:
+        """Decorator registering a formula for `ops` (overloads or overload packets); an op registered
+        twice is an error, as one of the two formulas would silently never run."""
+        def decorate(fn: Formula) -> Formula:
+            for op in ops:
+                table = self.by_overload if isinstance(op, torch._ops.OpOverload) else self.by_packet
+                if op in table:
+                    raise ValueError(f"cost formula for {op} registered twice ({table[op].__name__} and {fn.__name__})")
+                table[op] = fn
+            return fn
+        return decorate
+
+    def lookup(self, func: torch._ops.OpOverload) -> Formula | None:
+        fn = self.by_overload.get(func) or self.by_packet.get(func.overloadpacket)
+        if fn is not None:
+            return fn
+        # Tags let ops this registry has never seen still be priced by their kind.
+        if torch.Tag.pointwise in func.tags:
+            return pointwise_cost
+        if torch.Tag.reduction in func.tags:
+            return REDUCTION_BY_TAG
+        return None
+
+    def stage_contiguous(self, *ops: Any, args: tuple[int, ...], channels_last_ok: bool = False) -> None:
+        """Declare that `ops` copy the tensors at positions `args` to a contiguous layout first (or, with
+        `channels_last_ok`, to the memory format they suggest, which a dense channels-last tensor already
+        has): a copy kernel of its own, which a trace of the op alone never sees."""
+        for op in ops:
+            self.staged_args[op] = (tuple(args), channels_last_ok)
+
+    def staged_copies(self, call: OpCall) -> list[OpCall]:
+        """The copies `call` makes of its staged arguments not already in the layout its kernel needs, as
+        clone calls on fake tensors (the caller records them before the op; each writes a fresh tensor)."""
+        positions, channels_last_ok = self.staged_args.get(call.func.overloadpacket, ((), False))
+        copies = []
+        for i in positions:
+            t = call.args[i] if i < len(call.args) else None
+            if not isinstance(t, torch.Tensor) or t.numel() <= 1 or t.is_contiguous():
+                continue
+            layout = torch.channels_last if channels_last_ok and t.dim() == 4 and is_channels_last(t) \
+                else torch.contiguous_format
+            if t.is_contiguous(memory_format=layout):
+                continue
+            copies.append(OpCall(torch.ops.aten.clone.default, (t,), {"memory_format": layout},
+                                 torch.empty_like(t, memory_format=layout)))
+        return copies
+
+    def known_ops(self) -> list[str]:
+        return sorted({str(k) for k in self.by_overload} | {str(k) for k in self.by_packet})
+
+    def cost(self, call: OpCall) -> Cost:
+        """Price one op call; unknown ops are priced by their tensor bytes and marked unsupported."""
+        if is_free(call.func):
+            return Cost(0.0, 0.0, 0.0, "view", kernels=0)
+        fn = self.lookup(call.func)
+        if fn is None:
+            return generic_cost(call, category="other", supported=False)
+        cost = fn(call)
+        if not cost.channels_last and records_layout(cost) and is_channels_last(next(iter(call.inputs), None)):
+            cost = replace(cost, channels_last=True)
+        return cost
+
+
+def records_layout(cost: Cost) -> bool:
+    """Whether the kernel behind `cost` indexes by channel, so an NHWC input selects another kernel: pooling
+    and resampling windows, and elementwise ops that broadcast a per-channel operand."""
+    return cost.category == "pool" or (cost.category == "elementwise" and cost.broadcast)
+
+
+REGISTRY = CostRegistry()
+register_cost = REGISTRY.register
+
+
+# ---------------------------------------------------------------- tensor helpers
+
+def tensors(tree: Any) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+def tensor_bytes(t: torch.Tensor) -> float:
+    """Bytes a kernel must move for `t`: its elements, but no more than its storage (expanded views)."""
+    logical = t.numel() * t.element_size()
+    try:
+        storage = t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return float(logical)
+    return float(min(logical, storage)) if storage > 0 else float(logical)
+
+
+def unique_bytes(ts: Iterable[torch.Tensor]) -> float:
+    """Bytes of tensors, counting each storage once (the same tensor passed twice is read once)."""
+    seen: set[int] = set()
+    total = 0.0
+    for t in ts:
+        key = storage_key(t)
+        if key in seen:
+            continue
+        seen.add(key)
+        total += tensor_bytes(t)
+    return total
+
+
+def storage_key(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):
+        return id(t)
+
+
+def numel(tree: Any) -> int:
+    return sum(t.numel() for t in tensors(tree))
+
+
+def mutated_args(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """Tensors the op writes in place, read off its schema (`Tensor(a!)`)."""
+    out: list[torch.Tensor] = []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+        out.extend(tensors(value))
+    return out
+
+
+def is_free(func: torch._ops.OpOverload) -> bool:
+    """Metadata-only ops launch no kernel: views, aliases, allocations without init."""
+    return func.is_view or func in FREE_OPS or func.overloadpacket in FREE_OPS
+
+
+FREE_OPS: set[Any] = set()
+
+
+def mark_free(*ops: Any) -> None:
+    FREE_OPS.update(ops)
+
+
+# ---------------------------------------------------------------- generic formulas
+
+# Categories whose kernels stream tensors element by element: their speed depends on whether inputs and
+# outputs share a memory order. GEMM-like kernels choose their own access pattern (a transposed operand is
+# a layout flag to cuBLAS, not a slower copy).
+LAYOUT_SENSITIVE_CATEGORIES = frozenset({"elementwise", "copy", "other"})
+
+
+def layout_order(t: torch.Tensor) -> tuple[int, ...] | None:
+    """Dimensions of `t` (those longer than 1) from outermost to innermost in memory; None for a
+    broadcast (stride-0) tensor, whose order says nothing about how it is read."""
+    dims = [d for d in range(t.dim()) if t.shape[d] > 1]
+    if any(t.stride(d) == 0 for d in dims):
+        return None
+    return tuple(sorted(dims, key=lambda d: -t.stride(d)))
+
+
+def is_dense(t: torch.Tensor) -> bool:
+    """Whether `t` fills its memory without gaps in some order of its dimensions (contiguous, channels-last,
+    a transpose) rather than being a strided view into a larger tensor (a slice, a chunk)."""
+    dims = sorted((d for d in range(t.dim()) if t.shape[d] > 1), key=lambda d: t.stride(d))
+    expected = 1
+    for d in dims:
+        if t.stride(d) != expected:
+            return False
+        expected *= t.shape[d]
+    return True
+
+
+def is_channels_last(x: Any) -> bool:
+    """Whether an activation (N, C, spatial...) has its channels innermost in memory (NHWC/NDHWC)."""
+    if not isinstance(x, torch.Tensor) or x.dim() < 4 or x.shape[1] <= 1:
+        return False
+    order = layout_order(x)
+    return order is not None and order[-1] == 1
+
+
+def is_permuted(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> bool:
+    """Whether an input of an output's shape is laid out in a different memory order from it, or either
+    is a strided view with gaps: TensorIterator then runs its strided loop, one element per lane,
+    instead of its vectorised one."""
+    for out in outputs:
+        order = layout_order(out)
+        if order is None:
+            continue
+        for t in inputs:
+            if t.shape == out.shape and storage_key(t) != storage_key(out):
+                if layout_order(t) is not None and (reads_strided(t, order) or not is_dense(out)):
+                    return True
+    return False
+
+
+def reads_strided(t: torch.Tensor, order: tuple[int, ...]) -> bool:
+    """Whether `t` (not broadcast), read in memory `order`, is laid out in another order or has gaps."""
+    return layout_order(t) != order or not is_dense(t)
+
+
+# TensorIterator's strided (non-vectorised) loop gives each block of 128 threads 4 consecutive output
+# elements per thread, and DRAM and L2 move data in 32-byte sectors. A block's loads that share a sector
+# are served once; a sector the block uses only in part is fetched again by the blocks that need the rest.
+LOOP_BLOCK_ELEMENTS = 512
+SECTOR_BYTES = 32
+# Blocks sampled (as fractions of the output) for the read pattern: where a dimension is not a multiple
+# of the block, blocks at different offsets straddle its rows differently.
+SAMPLED_BLOCK_AT = (0.0, 0.37, 0.71)
+
+
+def read_amplification(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> float:
+    """Sectors that blocks of LOOP_BLOCK_ELEMENTS consecutive output elements (in the output's memory
+    order) read from the inputs of the output's shape laid out in another order, over the sectors the
+    bytes they read would fill if contiguous (>= 1; 1 when no input is permuted)."""
+    out = max(outputs, key=lambda t: t.numel(), default=None)
+    order = layout_order(out) if out is not None else None
+    if not order:
+        return 1.0
+    permuted = [t for t in inputs if t.shape == out.shape and layout_order(t) is not None and reads_strided(t, order)]
+    if not permuted:
+        return 1.0
+    sizes = [int(out.shape[d]) for d in order]
+    n = math.prod(sizes)
+    touched = ideal = 0.0
+    for at in SAMPLED_BLOCK_AT:
+        start = int(at * n) // LOOP_BLOCK_ELEMENTS * LOOP_BLOCK_ELEMENTS
+        index = np.arange(start, min(start + LOOP_BLOCK_ELEMENTS, n), dtype=np.int64)
+        coords = np.unravel_index(index, sizes)
+        for t in permuted:
+            offset = sum(c * int(t.stride(d)) for c, d in zip(coords, order))
+            touched += len(np.unique(offset * t.element_size() // SECTOR_BYTES))
+            ideal += max(len(index) * t.element_size() / SECTOR_BYTES, 1.0)
+    return max(touched / ideal, 1.0)
+
+
+def generic_cost(call: "OpCall", *, category: str, flops: float = 0.0, supported: bool = True,
+                 kernels: int = 1) -> Cost:
+    """Traffic of every input read once and every output (or in-place target) written once."""
+    inputs, outputs = call.inputs, call.outputs
+    streaming = category in LAYOUT_SENSITIVE_CATEGORIES
+    broadcast = streaming and is_broadcast(inputs, outputs)
+    permuted = streaming and is_permuted(inputs, outputs)
+    return Cost(float(flops), unique_bytes(inputs), unique_bytes(outputs), category,
+                supported=supported, kernels=kernels, permuted=permuted,
+                read_amplification=read_amplification(inputs, outputs) if permuted else 1.0,
+                mixed_dtypes=has_mixed_dtypes(inputs), broadcast=broadcast,
+                broadcast_run=broadcast_run(inputs, outputs) if broadcast else 0)
+
+
+def is_broadcast(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> bool:
+    """Whether an input of more than one element is smaller than the output it is expanded to."""
+    size = max((t.numel() for t in outputs), default=0)
+    return any(1 < t.numel() < size for t in inputs)
+
+
+def broadcast_run(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> int:
+    """Cost.broadcast_run of inputs expanded to the largest output by PyTorch's broadcasting rule
+    (shapes aligned at the right): the shortest run over the expanded inputs, 0 if none is expanded."""
+    out = max(outputs, key=lambda t: t.numel(), default=None)
+    order = layout_order(out) if out is not None else None
+    if not order:
+        return 0
+    runs = []
+    for t in inputs:
+        if not 1 < t.numel() < out.numel() or t.dim() > out.dim():
+            continue
+        runs.append(expanded_run((1,) * (out.dim() - t.dim()) + tuple(t.shape), out, order))
+    return min(runs, default=0)
+
+
+def expanded_run(shape: tuple[int, ...], out: torch.Tensor, order: tuple[int, ...] | None = None) -> int:
+    """Elements of `out`, innermost in memory, over which a tensor of `shape` (one size per dimension of
+    `out`, 1 where it is expanded) keeps one value."""
+    return innermost_run(out, {d for d, size in enumerate(shape) if size == 1}, order)
+
+
+def innermost_run(t: torch.Tensor, dims: set[int], order: tuple[int, ...] | None = None) -> int:
+    """Elements of `t` in its innermost memory dimensions for as long as they are among `dims` (`order`:
+    layout_order(t), when the caller has it)."""
+    run = 1
+    for d in reversed(order if order is not None else layout_order(t) or ()):
+        if d not in dims:
+            break
+        run *= t.shape[d]
+    return run
+
+
+def has_mixed_dtypes(inputs: list[torch.Tensor]) -> bool:
+    """Whether tensors (not single-element scalars) of more than one floating dtype are read."""
+    return len({t.dtype for t in inputs if t.is_floating_point() and t.numel() > 1}) > 1
+
+
+def pointwise_cost(call: "OpCall", flops_per_element: float = 1.0) -> Cost:
+    n = sum(t.numel() for t in call.outputs)
+    return generic_cost(call, category="elementwise", flops=flops_per_element * n)
+
+
+# (independent rows, elements per row) or (rows, elements per row, elements per contiguous run of a row)
+RowShape = Callable[["OpCall"], "tuple[int, ...]"]
+
+
+def by_category(category: str, flops_per_output: float = 0.0, flops_per_input: float = 0.0,
+                kernels: int = 1, rows: RowShape | None = None) -> "Formula":
+    """A formula whose FLOPs scale with the elements of the outputs and/or of the first input.
+    rows: for row-wise ops, gives (independent rows, elements per row[, elements per contiguous run of a
+    row]) of the call (Cost.row_count, row_len, row_segment)."""
+    def formula(call: "OpCall") -> Cost:
+        n_in = sum(t.numel() for t in tensors(call.args[:1]))
+        n_out = sum(t.numel() for t in call.outputs)
+        cost = generic_cost(call, category=category,
+                            flops=flops_per_output * n_out + flops_per_input * n_in, kernels=kernels)
+        if rows is None:
+            return cost
+        n_rows, length, *segment = rows(call)
+        return replace(cost, row_count=int(n_rows), row_len=int(length), row_segment=int(segment[0]) if segment else 0)
+    return formula
+
+
+def reduced_rows(call: "OpCall") -> tuple[int, int, int]:
+    """Rows of a reduction: one per element of its (first) result, each as long as the input is
+    larger than that result, and the contiguous run of a row (Cost.row_segment): the reduced dimensions
+    innermost in memory, or single elements when the innermost dimension is kept (a column sum)."""
+    source = tensors(call.args[:1])
+    outs = call.outputs
+    n_in = source[0].numel() if source else 0
+    n_out = max(outs[0].numel(), 1) if outs else 1
+    length = n_in // n_out if n_in else 0
+    run = _reduced_run(call, source[0]) if source else 0
+    return n_out, length, run if 0 < run < length else 0
+
+
+def _reduced_run(call: "OpCall", x: torch.Tensor) -> int:
+    """Elements of `x` that one contiguous run of a reduced row holds (0 when the call names no dims)."""
+    names = [a.name for a in call.func._schema.arguments]
+    dim = call.kwargs.get("dim", call.args[names.index("dim")] if "dim" in names[:len(call.args)] else None)
+    if dim is None or (isinstance(dim, (list, tuple)) and not dim):
+        return 0
+    reduced = {int(d) % max(x.dim(), 1) for d in (dim if isinstance(dim, (list, tuple)) else [dim])}
+    order = layout_order(x)
+    return innermost_run(x, reduced, order) if order else 0
+
+
+# ATen ops that exist in some of the torch versions gpuest supports (2.11-2.14) and not in others: the
+# only names registration may skip. Any other unknown name is a typo or a removed op, and fails loudly.
+VERSION_DEPENDENT_OPS = frozenset({"_unsafe_view_copy"})
+
+
+def iter_ops(names: Iterable[str]) -> Iterator[Any]:
+    """ATen overload packets by name; a name this torch lacks is skipped only if VERSION_DEPENDENT_OPS
+    lists it."""
+    for name in names:
+        op = getattr(torch.ops.aten, name, None)
+        if op is not None:
+            yield op
+        elif name not in VERSION_DEPENDENT_OPS:
+            raise ValueError(f"aten.{name} does not exist in torch {torch.__version__}: fix the name, or list it in "
+                             "VERSION_DEPENDENT_OPS if only some supported torch versions have it")
+
+
+REDUCTION_BY_TAG = by_category("reduction", flops_per_input=1.0, rows=reduced_rows)

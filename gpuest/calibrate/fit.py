@@ -1,0 +1,763 @@
+"""Fit a calibration profile from the raw micro-benchmark rows (no GPU needed).
+
+Residual: robust regression (statsmodels RLM, Huber weights) of log(measured / roofline) on the
+estimator's own residual features, so the fit corrects exactly what the estimator computes; one fit
+per category, per ATen op and per either of them in one math mode where the benchmarks suffice.
+Huber weights keep a few disturbed timings from moving a whole category. Latency: the
+median time of tiny kernels. Host dispatch: the measured per-op enqueue cost per category.
+Power: bounded least squares of window-average power on the measured utilisations.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import statsmodels.api as sm
+from scipy.optimize import lsq_linear
+
+from gpuest.catalog import GPUSpec, get_gpu
+from gpuest.errors import ProfileError
+from gpuest.jsonl import read_jsonl
+from gpuest.price.generation import HOST_KEYS as GENERATE_HOST_KEYS
+from gpuest.price.device_time import (RESIDUAL_CLIP, DeviceTimes, device_times, dram_floor_s, fit_key, fit_keys,
+                                         log_floor, persistent_step_time_s, persistent_steps, within_fit_range)
+from gpuest.price.host_timeline import launch_costs
+from gpuest.price.node_table import NodeTable
+from gpuest.price.power import dram_bytes, voltage_ratio
+from gpuest.price.profile_choice import roofline_profile
+from gpuest.price.features import RESIDUAL_FEATURES
+from gpuest.profile import (PROFILE_SCHEMA, PowerFit, Profile, ResidualFit, ResidualPoints,
+                               mode_key, prior_profile, profile_from_json)
+from gpuest.evaluate.accuracy import busy_spans_annotations, latest_per_config, trace_config, trace_key
+
+# Training rows a category (an op) needs for a fit of its own; with fewer it uses its parent's fit.
+MIN_ROWS_PER_CATEGORY = 8
+MIN_ROWS_PER_OP = 10
+# An op in one math mode is fitted as a correction to its category in that mode (at most one coefficient
+# per CHILD_ROWS_PER_COEF rows), so it needs fewer rows of its own than an op fitted across modes.
+MIN_ROWS_PER_OP_IN_MODE = 6
+ROWS_PER_COEF = 2               # a fit gets at most one coefficient per this many benchmarks
+CHILD_ROWS_PER_COEF = 4         # ... and a fit pooled with its parent one correction per this many
+MAX_CONDITION = 1e3             # largest condition number of a fit's (column-scaled) design
+MIN_FEATURE_SPREAD = 0.1        # feature units (log2 / flags) by which a sample must differ to count as
+MIN_ROWS_APART = 3              # ... varying that feature, and how many must
+TINY_BYTES = 64 * 1024          # a kernel moving less than this is pure latency on any modern GPU
+TINY_FLOPS = 1e5
+# Measured time left after the fixed costs (kernel latency, synchronisations, persistent steps), as a
+# floor fraction of the measured time: a benchmark its fixed costs explain all but noise of must leave
+# the residual fit little to price (at 0.2 the fit added a fifth of such a persistent RNN's time back;
+# 5-fold cross-validation, H100/H200 medians: rnn 17.5/16.6 -> 14.1/13.8 %, elementwise 8.9/7.3 ->
+# 8.2/7.1 %, embedding 11.6/12.0 -> 9.6/10.4 %, but copy 5.7/6.1 -> 7.7/8.1 %; mean of the category
+# medians 8.6/8.5 -> 8.2/8.3 %; 0.1 did worse, 0.03 no better; benchmarks/cross_validate.py).
+MIN_RESIDUAL_SHARE = 0.05
+HOST_BOUND_MARGIN = 1.5        # measured / host dispatch cost below which a timing is host-limited
+HOST_PACED_MARGIN = 1.5         # elapsed / device-busy above which a host-paced row measured the host
+MIN_HOST_LAUNCH_ROWS = 4       # rows with distinct launch counts needed to split a host cost per launch
+MIN_SPLIT_ROWS = 4             # benchmarks with barriers needed to split their cost from the serial work
+POWER_BUSY_FRACTION = 0.8       # device-busy share of a power window's benchmark below which it is host-paced
+MIN_POOL_ROWS = 6               # training benchmarks an op (or op in one math mode) needs for a residual pool
+MIN_POINT_SCALE = 0.5           # smallest distance unit of a feature in a pool (feature units)
+POINT_CLIP_SIGMAS = 3.0         # residuals beyond this many of the fit's robust sigmas are clipped,
+POINT_CLIP_MIN = math.log(2.0)  # ... or beyond this (log time), whichever is wider
+POINT_DECIMALS = 5              # residual points are stored (and used) rounded to this many decimals
+MEMORY_LIKE = ("elementwise", "reduction", "copy", "norm", "pool", "embedding", "optimizer", "other")
+
+
+@dataclass(frozen=True)
+class RawData:
+    meta: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+
+def load_raw(path: str | Path) -> RawData:
+    """Rows of a calibration run (JSONL) and its provenance (first-line meta or `<path>.meta.json`)."""
+    path = Path(path)
+    meta: dict[str, Any] = {}
+    rows = []
+    for row in read_jsonl(path):
+        if "meta" in str(row.get("schema", "")):
+            meta.update(row)
+        else:
+            rows.append(row)
+    sidecar = path.with_name(path.name + ".meta.json")
+    if sidecar.exists():
+        meta.update(json.loads(sidecar.read_text()))
+    # The runner's sidecar lists one entry per (resumed) session; provenance is the first real one.
+    for session in meta.get("sessions", []):
+        if session.get("gpu_name"):
+            meta = {**session, **{k: v for k, v in meta.items() if k != "sessions"},
+                    "sessions": meta["sessions"]}
+            break
+    return RawData(meta, rows)
+
+
+def usable(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if not r.get("error") and not r.get("dry_run") and r.get("nodes")
+            and (r.get("time_ms_median") or 0) > 0]
+
+
+def _device_nodes(row: dict[str, Any]) -> list[dict[str, Any]]:
+    return [n for n in row["nodes"] if not n.get("free") and not n.get("host_only")]
+
+
+def _row_clock(row: dict[str, Any], gpu: GPUSpec) -> float:
+    clock = row.get("sm_clock_mhz")
+    if isinstance(clock, (int, float)) and gpu.min_clock_mhz <= clock <= gpu.max_clock_mhz:
+        return float(clock)
+    return gpu.max_clock_mhz
+
+
+def kernel_latency_s(rows: list[dict[str, Any]]) -> float:
+    """Median time per kernel of the tiny benchmarks (bytes and FLOPs negligible)."""
+    per_kernel = []
+    for r in rows:
+        nodes = _device_nodes(r)
+        total_bytes = sum(n.get("bytes_read", 0) + n.get("bytes_written", 0) for n in nodes)
+        total_flops = sum(n.get("flops", 0) for n in nodes)
+        kernels = sum(n.get("kernels", 1) for n in nodes)
+        if nodes and kernels and total_bytes < TINY_BYTES and total_flops < TINY_FLOPS:
+            per_kernel.append(r["time_ms_median"] * 1e-3 / kernels)
+    if not per_kernel:
+        raise ProfileError("the calibration data has no tiny-kernel rows to measure kernel latency from")
+    return float(np.median(per_kernel))
+
+
+SYNC_ROOF_SHARE = 0.2           # benchmarks whose roofline is below this share of their time give the sync cost
+
+
+def _time_beyond(rows: list[dict[str, Any]], gpu: GPUSpec, field: str,
+                 fixed_s: Callable[[NodeTable, DeviceTimes], float]) -> list[tuple[float, NodeTable, float]]:
+    """(events, node table, seconds beyond `fixed_s(table, times)` and the roofline) of the fitting (not
+    held-out) benchmarks that have events of node field `field` and whose time is mostly fixed cost."""
+    plain = roofline_profile()
+    out = []
+    for r in rows:
+        nodes = _device_nodes(r)
+        events = sum(n.get(field, 0) for n in nodes)
+        if not events or r.get("holdout") or r.get("kind") in ("latency", "host_dispatch"):
+            continue
+        table = NodeTable.from_records(nodes)
+        times = device_times(table, gpu, _row_clock(r, gpu), plain)[0]
+        roof = float(times.roofline_s.sum())
+        measured = measured_device_s(r)
+        if roof <= SYNC_ROOF_SHARE * measured:
+            out.append((float(events), table, measured - fixed_s(table, times) - roof))
+    return out
+
+
+def _cost_per_event(rows: list[dict[str, Any]], gpu: GPUSpec, field: str,
+                    fixed_s: Callable[[NodeTable, DeviceTimes], float], fallback: float | None) -> float | None:
+    """Fixed device time per counted event of node field `field` (s): the median, over the benchmarks
+    _time_beyond keeps, of their time beyond fixed cost and roofline per event; `fallback` where none."""
+    per_event = [left / events for events, _, left in _time_beyond(rows, gpu, field, fixed_s)]
+    return float(max(np.median(per_event), 0.0)) if per_event else fallback
+
+
+def host_sync_s(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float, fallback: float | None) -> float | None:
+    """GPU idle per host synchronisation inside an op (s), beyond kernel latency and roofline."""
+    return _cost_per_event(rows, gpu, "host_syncs", lambda t, times: float(times.kernels.sum()) * latency_s,
+                           fallback)
+
+
+@dataclass(frozen=True)
+class PersistentStepCosts:
+    """Device time of persistent kernels' steps (s): per grid-wide barrier, per serial step and per
+    spilled serial step (gpuest.price.device_time.persistent_steps; None: the prior's)."""
+
+    grid_sync_s: float | None
+    persistent_step_s: float | None
+    spilled_step_s: float | None
+
+    def seconds(self) -> tuple[float, float, float]:
+        return (self.grid_sync_s or 0.0, self.persistent_step_s or 0.0, self.spilled_step_s or 0.0)
+
+
+def persistent_step_costs(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float, sync_s: float,
+                          prior: Profile) -> PersistentStepCosts:
+    """What a persistent recurrent kernel's steps cost beyond kernel latency, host synchronisations and
+    roofline: non-negative least squares on relative errors splits each fitting benchmark's time into a
+    cost per grid-wide barrier, per serial step (the recurrent weights' multiply) and per spilled serial
+    step (weights beyond those the kernel keeps in registers; a persistent step takes 0.3 us at 4096
+    recurrent weights and 7.7 us at 147456 on the H100). A share no benchmark has keeps the prior's cost;
+    too few benchmarks to split give the median per barrier and no step costs."""
+    def launches_and_syncs_s(table: NodeTable, times: DeviceTimes) -> float:
+        return float(times.kernels.sum()) * latency_s + float(table.host_syncs.sum()) * sync_s
+
+    kept = []
+    for events, table, left in _time_beyond(rows, gpu, "grid_syncs", launches_and_syncs_s):
+        serial, spilled = persistent_steps(table)
+        if left > 0:
+            kept.append((events, float(serial.sum()), float(spilled.sum()), left))
+    if not kept:
+        return PersistentStepCosts(prior.grid_sync_s, prior.persistent_step_s, prior.spilled_step_s)
+    x, y = np.array([k[:3] for k in kept]), np.array([k[3] for k in kept])
+    if len(y) < MIN_SPLIT_ROWS or not np.ptp(x[:, 1] / x[:, 0]) > 0:
+        return PersistentStepCosts(float(np.median(y / x[:, 0])), 0.0, 0.0)
+    cols = [0, 1, 2] if x[:, 2].any() else [0, 1]
+    cost = lsq_linear(x[:, cols] / y[:, None], np.ones(len(y)), bounds=(0.0, np.inf)).x
+    return PersistentStepCosts(float(cost[0]), float(cost[1]),
+                               float(cost[2]) if len(cols) == 3 else prior.spilled_step_s)
+
+
+def host_costs(rows: list[dict[str, Any]], fallback: dict[str, float]) -> dict[str, float]:
+    """Per-category host dispatch cost (s) from the rows that measured it (host probes, and host-paced
+    rows whose GPU was mostly idle); unmeasured categories keep the prior.
+
+    Where a category's rows launch different numbers of kernels per op from a host loop (cuDNN RNNs
+    over more or fewer time steps), non-negative least squares splits their host time into a cost per
+    op and a cost per later launch, `launch_<category>`; elsewhere the cost per op is the median."""
+    by_cat: dict[str, list[tuple[float, float, float]]] = {}
+    for r in rows:
+        us = r.get("host_dispatch_us")
+        if r.get("busy_ms") and r["time_ms_median"] > HOST_PACED_MARGIN * r["busy_ms"]:
+            # The GPU sat idle for much of the call: the host's launches paced it, so its elapsed
+            # time is the host's time (timing it with the GPU kept busy fails: cuDNN RNNs synchronise).
+            us = r["time_ms_median"] * 1e3
+        if not isinstance(us, (int, float)) or us <= 0:
+            continue
+        nodes = _device_nodes(r) or r["nodes"]
+        cats = [n["category"] for n in nodes]
+        cat = max(set(cats), key=cats.count) if cats else "default"
+        extra = sum(max(int(n.get("kernels", 1)) - 1, 0) for n in nodes)
+        by_cat.setdefault(cat, []).append((us * 1e-6, max(len(nodes), 1), extra))
+    out = dict(fallback)
+    for cat, obs in by_cat.items():
+        host_s, n_ops, extra = (np.array(v, dtype=float) for v in zip(*obs))
+        if len(obs) >= MIN_HOST_LAUNCH_ROWS and len(np.unique(extra)) >= MIN_HOST_LAUNCH_ROWS:
+            # Relative errors: a 20-step and a 500-step RNN count alike.
+            x = np.column_stack([n_ops, extra]) / host_s[:, None]
+            per_op, per_launch = lsq_linear(x, np.ones(len(obs)), bounds=(0.0, np.inf)).x
+            out[cat], out[f"launch_{cat}"] = float(per_op), float(per_launch)
+        else:
+            out[cat] = float(np.median(host_s / n_ops))
+    if "elementwise" in by_cat:
+        out["default"] = out["elementwise"]
+    return out
+
+
+def measured_device_s(row: dict[str, Any]) -> float:
+    """The device time a row measured (s): its device-busy time where the runner recorded one (ops that
+    launch from a host loop, whose elapsed time includes GPU idle gaps), else its CUDA-event time."""
+    busy = row.get("busy_ms")
+    return (busy if isinstance(busy, (int, float)) and busy > 0 else row["time_ms_median"]) * 1e-3
+
+
+@dataclass
+class RowFeatures:
+    category: str
+    op: str                      # the op that dominates the row's roofline time
+    mode: str                    # the math mode that dominates it (as priced: after GPU fallbacks)
+    y: float                     # log(measured_after_latency / roofline)
+    x: np.ndarray
+    holdout: bool
+    measured_s: float
+    row: dict[str, Any]
+    log_floor: float = 0.0       # the lowest log correction pricing allows (device_time.log_floor)
+
+
+def host_limited(row: dict[str, Any], host_op_s: dict[str, float]) -> bool:
+    """Whether a back-to-back timing measured the host's dispatch rate rather than the kernel: an op
+    that takes less than HOST_BOUND_MARGIN x its category's dispatch cost says nothing about the GPU."""
+    if row.get("timing_method") == "events_queued" or row.get("busy_ms"):
+        return False  # timed with the host running ahead, or profiled: device time by construction
+    nodes = _device_nodes(row)
+    host = sum(host_op_s.get(n["category"], host_op_s["default"]) for n in nodes)
+    return row["time_ms_median"] * 1e-3 < HOST_BOUND_MARGIN * host
+
+
+def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
+                 host_op_s: dict[str, float] | None = None, sync_s: float = 0.0,
+                 steps: PersistentStepCosts | None = None) -> list[RowFeatures]:
+    """One regression sample per device-bound benchmark: roofline-time-weighted features of its nodes."""
+    plain = roofline_profile()
+    step_costs = steps.seconds() if steps else (0.0, 0.0, 0.0)
+    out = []
+    for r in rows:
+        nodes = _device_nodes(r)
+        if not nodes or r.get("kind") in ("latency", "host_dispatch"):
+            continue
+        if host_op_s is not None and host_limited(r, host_op_s):
+            continue
+        table = NodeTable.from_records(nodes)
+        times, _ = device_times(table, gpu, _row_clock(r, gpu), plain)
+        roof = times.roofline_s
+        total_roof = float(roof.sum())
+        if total_roof <= 0:
+            continue
+        measured = measured_device_s(r)
+        fixed = (float(times.kernels.sum()) * latency_s + float(table.host_syncs.sum()) * sync_s
+                 + float(persistent_step_time_s(table, *step_costs).sum()))
+        after_latency = max(measured - fixed, MIN_RESIDUAL_SHARE * measured)
+        cats = table.category
+        dominant = max(set(cats.tolist()), key=lambda c: roof[cats == c].sum())
+        # Features describe the fit's own nodes: a side node of another category (an RNN benchmark's
+        # loss reduction) is priced by its own fit and must not lend this one its shape features.
+        own = np.where(cats == dominant, roof, 0.0)
+        weights = own / own.sum()
+        top = int(np.argmax(roof))
+        out.append(RowFeatures(dominant, str(table.fit_op[top]), str(times.effective_mode[top]),
+                               math.log(after_latency / total_roof), weights @ times.features,
+                               bool(r.get("holdout")), measured, r,
+                               float(weights @ log_floor(times.compute_s, dram_floor_s(table, gpu), roof))))
+    return out
+
+
+# IRLS run to convergence of the coefficients themselves: statsmodels' default stops once the deviance
+# changes by < 1e-8, and where that lands between two iterations moved a coefficient by 1e-3 between
+# machines whose BLAS sums in another order.
+IRLS_TOL = 1e-13
+IRLS_MAX_ITER = 1000
+
+
+def _robust_fit(y: np.ndarray, x: np.ndarray) -> Any:
+    return sm.RLM(y, x, M=sm.robust.norms.HuberT()).fit(conv="coefs", tol=IRLS_TOL, maxiter=IRLS_MAX_ITER)
+
+
+def usable_features(x: np.ndarray, rows_per_coef: int = ROWS_PER_COEF) -> list[int]:
+    """Features that vary in these samples and are not (near-)collinear with earlier ones, in
+    RESIDUAL_FEATURES order, at most one per `rows_per_coef` samples: a key with a dozen benchmarks is
+    not fitted with ten free slopes."""
+    budget = max(1, len(x) // rows_per_coef)
+    kept: list[int] = []
+    for j in [0] + [j for j in range(1, x.shape[1]) if _informative(x[:, j])]:
+        if len(kept) < budget and _well_conditioned(x[:, kept + [j]]):
+            kept.append(j)
+    return kept
+
+
+def _informative(column: np.ndarray) -> bool:
+    """A feature says something about these samples only if several of them take values apart from
+    the rest: a sliver from a side node (a loss reduction's share of an RNN benchmark) lets the fit buy
+    any residual with an enormous slope that then multiplies every real node of that key."""
+    apart = np.abs(column - np.median(column)) > MIN_FEATURE_SPREAD
+    return int(apart.sum()) >= MIN_ROWS_APART
+
+
+def _well_conditioned(x: np.ndarray, max_cond: float = MAX_CONDITION) -> bool:
+    """Columns (scaled to unit norm) independent enough that the coefficients and their covariance
+    are numbers, not cancellation noise: near-collinear features make both explode."""
+    scaled = x / np.maximum(np.linalg.norm(x, axis=0), 1e-12)
+    s = np.linalg.svd(scaled, compute_uv=False)
+    return bool(s[-1] > 0 and s[0] / s[-1] < max_cond)
+
+
+def fit_category(samples: list[RowFeatures], parent: ResidualFit | None = None) -> ResidualFit:
+    """Huber-robust regression on the usable features; the others get coefficient 0.
+
+    With a parent fit (partial pooling), the regression is of what the parent leaves unexplained, on
+    at most one feature per CHILD_ROWS_PER_COEF samples: a narrow key (one op, one math mode) corrects
+    its parent's level and the slopes its own data pin down, and inherits the rest of the parent's
+    shape dependence instead of re-learning it from a dozen benchmarks."""
+    y = np.array([s.y for s in samples])
+    x = np.vstack([s.x for s in samples])
+    coef = np.zeros(x.shape[1])
+    cov = np.zeros((x.shape[1], x.shape[1]))
+    x_lo, x_hi = x.min(axis=0), x.max(axis=0)
+    log_lo, log_hi = float(y.min()), float(y.max())
+    if parent is not None:
+        log_lo, log_hi = min(log_lo, parent.log_lo), max(log_hi, parent.log_hi)
+        coef[:] = parent.coef
+        cov[:] = parent.cov
+        x_lo = np.minimum(x_lo, parent.x_lo) if parent.x_lo is not None else x_lo
+        x_hi = np.maximum(x_hi, parent.x_hi) if parent.x_hi is not None else x_hi
+        target = y - within_fit_range(parent, x) @ coef
+        kept = usable_features(x, CHILD_ROWS_PER_COEF)
+    else:
+        target = y
+        kept = usable_features(x)
+    model = _robust_fit(target, x[:, kept])
+    coef[kept] += model.params
+    # The parent's coefficients are estimated from other rows too; treating the two estimates as
+    # independent adds their covariances.
+    cov[np.ix_(kept, kept)] += np.asarray(model.cov_params())
+    sigma = float(model.scale)  # robust (MAD-based) residual scale of log time
+    resid = target - x[:, kept] @ model.params
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 and (parent or len(kept) > 1) else 0.0
+    return ResidualFit(tuple(map(float, coef)), tuple(tuple(map(float, row)) for row in cov), sigma, r2, len(y),
+                       x_lo=tuple(map(float, x_lo)), x_hi=tuple(map(float, x_hi)), log_lo=log_lo, log_hi=log_hi)
+
+
+def fit_residuals(samples: list[RowFeatures]) -> dict[str, ResidualFit]:
+    train = [s for s in samples if not s.holdout]
+    fits: dict[str, ResidualFit] = {}
+    for cat in sorted({s.category for s in train}):
+        cat_rows = [s for s in train if s.category == cat]
+        if len(cat_rows) >= MIN_ROWS_PER_CATEGORY:
+            fits[cat] = fit_category(cat_rows)
+    # Ops with enough benchmarks of their own (e.g. layer norm vs batch norm, attention forward vs
+    # backward) get their own fit, and so do ops and categories in one math mode (an fp32 SIMT GEMM
+    # and a bf16 tensor-core GEMM approach their peaks differently); the estimator uses the most
+    # specific fit there is (see gpuest.price.device_time.fit_keys). Each is pooled with its parent.
+    # A narrower key whose rows are all of its parent's adds nothing and is skipped.
+    # Pooling follows the larger effect: math mode changes a GEMM's behaviour more than which GEMM op
+    # it is, so an op in one mode pools with its category in that mode (else with the op).
+    parent_size = Counter(s.category for s in train) + Counter(s.op for s in train) + \
+        Counter(mode_key(s.category, s.mode) for s in train)
+    for key_of, parents_of, min_rows in ((lambda s: s.op, lambda s: (s.category,), MIN_ROWS_PER_OP),
+                                         (lambda s: mode_key(s.category, s.mode), lambda s: (s.category,),
+                                          MIN_ROWS_PER_OP),
+                                         (lambda s: mode_key(s.op, s.mode),
+                                          lambda s: (mode_key(s.category, s.mode), s.op, s.category),
+                                          MIN_ROWS_PER_OP_IN_MODE)):
+        for key in sorted({key_of(s) for s in train}):
+            rows = [s for s in train if key_of(s) == key]
+            parents = parents_of(rows[0])
+            if (len(rows) >= min_rows and len({s.category for s in rows}) == 1 and key not in fits
+                    and all(len(rows) < parent_size[p] for p in parents)):
+                fits[key] = fit_category(rows, next((fits[p] for p in parents if p in fits), None))
+    default_rows = [s for s in train if s.category in MEMORY_LIKE] or train
+    if not default_rows:
+        raise ProfileError("the calibration data has no usable timing rows")
+    fits["default"] = fit_category(default_rows)
+    return fits
+
+
+def fit_residual_points(samples: list[RowFeatures], fits: dict[str, ResidualFit]) -> dict[str, ResidualPoints]:
+    """Residual pools for the local correction (gpuest.price.local_correction): per ATen op, and per
+    op in one math mode, where it has MIN_POOL_ROWS training benchmarks, each benchmark's features and
+    what the fit that prices it leaves of its log time. A feature's distance unit is its spread in
+    the pool (at least MIN_POINT_SCALE), so a flag that no benchmark of the pool sets still separates a
+    node that sets it from all of them."""
+    train = [s for s in samples if not s.holdout]
+    residual = []
+    for s in train:
+        fit = fits[fit_key(s.op, s.category, s.mode, fits)]
+        fitted = float(np.clip(within_fit_range(fit, s.x[None, :])[0] @ np.asarray(fit.coef), s.log_floor,
+                               RESIDUAL_CLIP[1]))
+        # Huber-style: the fit down-weighted its outliers, and so does the correction (a host-bound
+        # or pathological benchmark must not drag its neighbours along), though never below a factor
+        # of two: a tight fit's sigma says its noise is small, not that a kernel cannot be 2x slower.
+        bound = max(POINT_CLIP_SIGMAS * fit.sigma, POINT_CLIP_MIN)
+        residual.append(float(np.clip(s.y - fitted, -bound, bound)))
+    pools: dict[str, list[int]] = {}
+    for i, s in enumerate(train):
+        pools.setdefault(s.op, []).append(i)
+        pools.setdefault(mode_key(s.op, s.mode), []).append(i)
+    out = {}
+    for key, members in sorted(pools.items()):
+        op = train[members[0]].op
+        if len(members) < MIN_POOL_ROWS or (key != op and len(members) == len(pools[op])):
+            continue  # too few, or the op's own pool under another name
+        x = np.round(np.vstack([train[i].x for i in members]), POINT_DECIMALS)
+        scale = np.round(np.maximum(x.std(axis=0), MIN_POINT_SCALE), POINT_DECIMALS)
+        out[key] = ResidualPoints(tuple(map(float, scale)), tuple(tuple(map(float, row)) for row in x),
+                                  tuple(round(residual[i], POINT_DECIMALS) for i in members))
+    return out
+
+
+def busy_through_window(row: dict[str, Any]) -> bool:
+    """Whether a benchmark kept the GPU busy through its power window: not one whose host paces it (its
+    device-busy time under POWER_BUSY_FRACTION of its elapsed time: cuDNN's RNNs, foreach optimizer
+    steps) or whose nodes wait for the host (an output sized by the data). Their windows average busy
+    and idle power over gaps the regression on utilisation cannot see."""
+    busy, elapsed = row.get("busy_ms"), row.get("time_ms_median")
+    if isinstance(busy, (int, float)) and isinstance(elapsed, (int, float)) and busy < POWER_BUSY_FRACTION * elapsed:
+        return False
+    return not any(n.get("host_syncs", 0) for n in _device_nodes(row))
+
+
+def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_ratio: float) -> PowerFit | None:
+    """Bounded least squares of window power on (1, s(f)*u_tensor, s(f)*u_vector, u_memory) from measured
+    utilisations, over the windows in which the GPU was busy throughout (busy_through_window)."""
+    plain = roofline_profile()
+    xs, ys = [], []
+    for r in rows:
+        p = r.get("avg_power_w")
+        if not r.get("reliable") or not isinstance(p, (int, float)) or p <= 0 or not busy_through_window(r):
+            continue
+        nodes = _device_nodes(r)
+        if not nodes:
+            continue
+        table = NodeTable.from_records(nodes)
+        clock = _row_clock(r, gpu)
+        times, _ = device_times(table, gpu, clock, plain)
+        t = r["time_ms_median"] * 1e-3
+        tc = table.tensor_core
+        u_tc = min(float((times.work_flops[tc] / times.peak_flops[tc]).sum()) / t, 1.0)
+        u_vec = min(float((times.work_flops[~tc] / times.peak_flops[~tc]).sum()) / t, 1.0)
+        u_mem = min(float(dram_bytes(table, times).sum()) / gpu.memory_bandwidth_bytes_per_s / t, 1.0)
+        s = clock / gpu.max_clock_mhz * float(voltage_ratio(gpu, clock, v_min_ratio)) ** 2
+        xs.append([1.0, s * u_tc, s * u_vec, u_mem])
+        ys.append(p)
+    if len(ys) < 6:
+        return None
+    x, y = np.array(xs), np.array(ys)
+    # Bounded least squares keeps every term physical: static power between idle and TDP, and no
+    # activity term able to exceed the board's dynamic range on its own.
+    span = gpu.tdp_w - idle_w
+    coef = lsq_linear(x, y, bounds=([idle_w, 0.0, 0.0, 0.0], [gpu.tdp_w, span, span, span])).x
+    resid = y - x @ coef
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 else 0.0
+    return PowerFit(static_w=float(coef[0]), idle_w=float(idle_w), tensor_w=float(coef[1]),
+                    vector_w=float(coef[2]), memory_w=float(coef[3]),
+                    sigma_w=float(math.sqrt((resid ** 2).mean())), r2=r2, n=len(y), v_min_ratio=v_min_ratio)
+
+
+def holdout_errors(profile: Profile, samples: list[RowFeatures], gpu: GPUSpec,
+                   by_fit: bool = True) -> dict[str, list[float]]:
+    """Absolute percentage error of the full device-time model on held-out benchmarks, filed under
+    their category and (by_fit) under the residual fit that priced their dominant node."""
+    errs: dict[str, list[float]] = {}
+    for s in samples:
+        if not s.holdout:
+            continue
+        table = NodeTable.from_records(_device_nodes(s.row))
+        times, _ = device_times(table, gpu, _row_clock(s.row, gpu), profile)
+        err = abs(float(times.device_s.sum()) - s.measured_s) / s.measured_s * 100
+        key = str(fit_keys(table, times.effective_mode, profile.residuals)[int(np.argmax(times.roofline_s))])
+        for name in {s.category, key} if by_fit else {s.category}:
+            errs.setdefault(name, []).append(err)
+    return errs
+
+
+def load_validation(*paths: str | Path) -> list[dict[str, Any]]:
+    """The rows of validation JSONL files (gpuest.calibrate.validate), read as gpuest.jsonl reads every
+    measurement file; where several rows measure one config on one GPU (a re-measurement), the last wins,
+    as in the accuracy report."""
+    return latest_per_config(row for path in paths for row in read_jsonl(path))
+
+
+HOST_BOUND_BUSY_FRACTION = 0.5   # validation runs whose GPU was busy less than this are host-bound
+HOST_TERMS = ("forward", "backward", "optimizer", "module_call", "host_only", "autocast")
+HOST_SCALE_BOUNDS = (0.25, 8.0)  # what a whole-model step's phase may cost per op against the micro-benchmark dispatch
+
+
+def host_terms(graph: Any, profile: Profile) -> np.ndarray:
+    """Per-config regressors of host time (HOST_TERMS): the profile's per-category dispatch costs summed
+    per phase, Python module calls, metadata/host-only ops, and ops dispatched under autocast (counts)."""
+    from gpuest.price.node_table import node_table
+    t = node_table(graph)
+    base = t.map_category(profile.host_op_s, profile.host_op_s["default"]) + launch_costs(t, profile.host_op_s)
+    light = t.free | t.host_only
+    dispatched = ~light
+    fwd = dispatched & np.isin(t.phase, ["forward", "loss"])
+    return np.array([base[fwd].sum(), base[dispatched & (t.phase == "backward")].sum(),
+                     base[dispatched & (t.phase == "optimizer")].sum(), t.module_calls.sum(), light.sum(),
+                     (dispatched & t.autocast).sum()])
+
+
+@lru_cache(maxsize=None)
+def validation_graph(key: tuple) -> Any:
+    """The traced graph of a validation config (accuracy.trace_key); cached, as configs recur across
+    validation files and GPUs."""
+    return trace_config(*key)
+
+
+def fit_host_and_gap(profile: Profile, validation: list[dict[str, Any]], gpu: GPUSpec) -> tuple[Profile, dict]:
+    """Calibrate the host side on whole-network runs that were host-bound.
+
+    Micro-benchmarks time one op in a tight loop; in a real model every op also pays Python and
+    autograd bookkeeping, and every nn.Module call costs host time. Non-negative least squares of
+    the measured wall time on HOST_TERMS gives per-phase scales of the dispatch costs, the module
+    call cost, the host-only op cost and the cost of autocast's dispatch per op. The GPU's power while
+    it waits for the host (gap_w) follows from the measured energy of the same runs. Held-out models are
+    never used."""
+    from gpuest.price.estimate import estimate_graph
+    rows = [r for r in validation if r.get("status") == "ok" and not r.get("heldout") and not r.get("dry_run")
+            and r.get("gpu_canonical") == gpu.name and r.get("wall_s") and r.get("device_busy_s") is not None
+            and r["device_busy_s"] < HOST_BOUND_BUSY_FRACTION * r["wall_s"]]
+    if len(rows) < len(HOST_TERMS):
+        return profile, {"host_fit": f"skipped: {len(rows)} host-bound validation runs"}
+    xs, ys, graphs = [], [], []
+    for r in rows:
+        g = validation_graph(trace_key(r))
+        graphs.append(g)
+        xs.append(host_terms(g, profile))
+        ys.append(r["wall_s"])
+    # Relative errors: every run counts equally, so long training steps do not drown small ones.
+    x_arr, y_arr = np.array(xs), np.array(ys)
+    # The phase terms scale dispatch costs the micro-benchmarks measured: a fit of few runs (a calibration's
+    # eight host probes) could otherwise drive one to zero and hand its time to another term (a fresh H100
+    # profile's forward scale came out 1e-16, its backward factor 7e14).
+    lo = [HOST_SCALE_BOUNDS[0]] * 3 + [0.0] * (len(HOST_TERMS) - 3)
+    hi = [HOST_SCALE_BOUNDS[1]] * 3 + [np.inf] * (len(HOST_TERMS) - 3)
+    coef = lsq_linear(x_arr / y_arr[:, None], np.ones(len(y_arr)), bounds=(lo, hi)).x
+    scale_fwd, scale_bwd, scale_opt, module_call_s, host_only_s, autocast_s = (float(c) for c in coef)
+    # generate()'s own Python work is not in these runs: a fitted profile leaves it to the prior.
+    # A category's per-op and per-launch costs (launch_<category>) scale with the term its ops enter:
+    # the optimizer's with the optimizer term, every other category's with the forward one.
+    host = {k: v * (scale_opt if k.removeprefix("launch_") == "optimizer" else scale_fwd)
+            for k, v in profile.host_op_s.items()
+            if k not in ("module_call", "graph_launch", "autocast") and k not in GENERATE_HOST_KEYS}
+    host.setdefault("optimizer", profile.host_op_s["default"] * scale_opt)
+    host["module_call"] = module_call_s
+    host["autocast"] = autocast_s
+    host["graph_launch"] = profile.host_op_s["default"]
+    fitted = replace(profile, host_op_s=host, host_only_op_s=host_only_s,
+                     host_backward_factor=scale_bwd / scale_fwd if scale_fwd > 0 else profile.host_backward_factor)
+    pred = x_arr @ coef
+    info = {"host_fit_runs": len(rows), "host_fit_median_ape": float(np.median(np.abs(pred / y_arr - 1)) * 100)}
+    gaps = []
+    if fitted.power is not None:
+        for r, g in zip(rows, graphs):
+            energy = r.get("energy_j")
+            # The GPU's idle time is wall - busy: a busy time that spans annotations says nothing of it.
+            if not energy or not r.get("power_reliable", True) or busy_spans_annotations(r):
+                continue
+            est = estimate_graph(g, gpu, profile=fitted, warn=False)
+            busy = est.per_node["power_w"].to_numpy() * est.per_node["time_s"].to_numpy()
+            busy_j = float(np.nansum(busy)) * r["device_busy_s"] / max(est.device_time_s, 1e-12)
+            gaps.append((energy - busy_j) / max(r["wall_s"] - r["device_busy_s"], 1e-9))
+        if gaps:
+            gap = float(np.clip(np.median(gaps), fitted.power.idle_w, fitted.power.static_w))
+            fitted = replace(fitted, power=replace(fitted.power, gap_w=gap))
+            info["gap_power_runs"] = len(gaps)
+    return fitted, info
+
+
+def with_current_nodes(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Rows whose nodes are re-derived by this estimator (gpuest.calibrate.retrace); rows of benchmarks the
+    suite no longer has keep the nodes stored at measurement time. Returns (rows, number retraced)."""
+    from .retrace import retrace_nodes
+    names = [r["name"] for r in rows if r.get("name")]
+    current = retrace_nodes(names)
+    out = [{**r, "nodes": current[r["name"]]} if r.get("name") in current else r for r in rows]
+    return out, sum(1 for r in rows if r.get("name") in current)
+
+
+@dataclass
+class CalibrationSamples:
+    """Raw calibration rows turned into what the fits regress on."""
+
+    gpu: GPUSpec
+    rows: list[dict[str, Any]]
+    retrace: bool                    # nodes re-derived by this estimator where it knows the benchmark
+    retraced: int                    # rows whose nodes it re-derived
+    host_op_s: dict[str, float]
+    latency_s: float
+    sync_s: float | None
+    samples: list[RowFeatures]
+    steps: PersistentStepCosts | None = None
+
+
+def calibration_samples(raw: RawData, retrace: bool = True) -> CalibrationSamples:
+    """Usable rows, host costs, kernel latency and regression samples of raw calibration data.
+    retrace: regress on the nodes this version of the estimator derives for each benchmark (default),
+    not the nodes stored when it was measured."""
+    # The fit must not depend on the order rows were measured or stored in.
+    rows = sorted(usable(raw.rows), key=lambda r: (str(r.get("name")), str(r.get("timestamp")), r.get("session", 0)))
+    if not rows:
+        raise ProfileError("no usable calibration rows (all failed, dry-run, or without nodes)")
+    retraced = 0
+    if retrace:
+        rows, retraced = with_current_nodes(rows)
+    gpu_name = raw.meta.get("catalog_gpu") or raw.meta.get("gpu_name")
+    if not gpu_name:
+        raise ProfileError("the calibration data names no GPU (meta field gpu_name)")
+    gpu = get_gpu(str(gpu_name))
+    prior = prior_profile()
+    host = host_costs(rows, dict(prior.host_op_s))
+    # Tiny kernels timed with the host running ahead give the device's per-kernel latency; timed
+    # plainly back to back they are host-limited and bound it from above only (then the prior's
+    # documented latency applies when lower).
+    queued = any(r.get("timing_method") == "events_queued" for r in rows if r.get("kind") == "latency")
+    latency = kernel_latency_s(rows) if queued else min(kernel_latency_s(rows), prior.kernel_latency_s)
+    sync = host_sync_s(rows, gpu, latency, prior.host_sync_s)
+    steps = persistent_step_costs(rows, gpu, latency, sync or 0.0, prior)
+    return CalibrationSamples(gpu, rows, retrace, retraced, host, latency, sync,
+                              row_features(rows, gpu, latency, host, sync or 0.0, steps), steps)
+
+
+def calibration_provenance(meta: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where and how calibration rows were measured (gpuest.profile.REQUIRED_PROVENANCE but the fit's own
+    command): the GPU, driver, CUDA, cuDNN and torch of the first session, every session's date and
+    command, and the share of the current suite (gpuest.calibrate.budget.suite_version) the rows measured."""
+    from .budget import suite_version
+    from .suite import all_benchmarks
+    sessions = meta.get("sessions") or [meta]
+    nvml = meta.get("nvml") or {}
+    full = {b.name for b in all_benchmarks()}
+    dates = sorted({str(s.get("started") or s.get("date") or "")[:10] for s in sessions} - {""})
+    prov = {"gpu_name": meta.get("gpu_name"), "driver_version": nvml.get("driver_version", meta.get("driver_version")),
+            "cuda_version": meta.get("torch_cuda_version", meta.get("cuda_version")),
+            "cudnn_version": meta.get("cudnn_version"), "torch_version": meta.get("torch_version"),
+            "measured_dates": f"{dates[0]}..{dates[-1]}" if dates else None,
+            "calibration_commands": [s.get("command") for s in sessions if s.get("command")],
+            "suite_version": suite_version(),
+            "suite_share": round(len({r.get("name") for r in rows} & full) / len(full), 4)}
+    prov.update({k: meta[k] for k in ("hostname", "power_limit_w", "idle_power_w") if k in meta})
+    return prov
+
+
+def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, Any]] | None = None,
+                retrace: bool = True, calibration: CalibrationSamples | None = None) -> Profile:
+    """A measured Profile from raw calibration data (see calibration_samples for `retrace`; pass
+    `calibration` to reuse samples already derived from `raw`)."""
+    cal = calibration or calibration_samples(raw, retrace)
+    gpu, rows, samples, host, latency, retraced = (cal.gpu, cal.rows, cal.samples, cal.host_op_s, cal.latency_s,
+                                                   cal.retraced)
+    prior = prior_profile()
+    residuals = fit_residuals(samples)
+    points = fit_residual_points(samples, residuals)
+    idle = raw.meta.get("idle_power_w")
+    power = fit_power(rows, gpu, float(idle) if isinstance(idle, (int, float)) else gpu.idle_power_w,
+                      prior.power.v_min_ratio if prior.power else 0.7)
+    provenance = calibration_provenance(raw.meta, rows)
+    provenance.update(fitted_by=command or "gpuest fit", fitted_rows=len(rows),
+                      nodes="retraced" if cal.retrace else "as stored at measurement", retraced_rows=retraced)
+    profile = Profile(gpu=gpu.name, kind="measured", kernel_latency_s=latency,
+                      graph_kernel_latency_s=min(prior.graph_kernel_latency_s, latency),
+                      host_op_s=host, host_backward_factor=prior.host_backward_factor,
+                      host_only_op_s=prior.host_only_op_s, residual_features=RESIDUAL_FEATURES,
+                      residuals=residuals, power=power or prior.power, provenance=provenance,
+                      residual_points=points, host_sync_s=cal.sync_s,
+                      **(asdict(cal.steps) if cal.steps else {}))
+    errs = holdout_errors(profile, samples, gpu)
+    with_holdout = {}
+    for cat, fit in residuals.items():
+        e = errs.get(cat, [])
+        with_holdout[cat] = replace(fit, holdout_median_ape=float(np.median(e)) if e else None,
+                                    holdout_p90_ape=float(np.percentile(e, 90)) if e else None)
+    prov = dict(provenance, power_model="fitted" if power else "prior (too few reliable power windows)")
+    profile = Profile(**{**profile.__dict__, "residuals": with_holdout, "provenance": prov})
+    if validation:
+        profile, info = fit_host_and_gap(profile, validation, gpu)
+        profile = replace(profile, provenance={**profile.provenance, **info})
+    return profile
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpuest fit", description="Fit a profile from raw calibration rows.")
+    parser.add_argument("raw", help="calibration JSONL written by `gpuest calibrate`")
+    parser.add_argument("-o", "--out", required=True, help="profile JSON to write")
+    parser.add_argument("--validation", nargs="+", default=None,
+                        help="validation JSONL files of the same GPU: calibrate host dispatch and idle-gap power "
+                             "on their host-bound, non-held-out runs")
+    parser.add_argument("--stored-nodes", action="store_true",
+                        help="regress on the nodes stored in the rows at measurement time instead of "
+                             "re-deriving them with this version of the estimator")
+    args = parser.parse_args(argv)
+    validation = None
+    command = f"gpuest fit {args.raw} -o {args.out}"
+    # The host probes the calibration run measured beside its rows (gpuest.calibrate.runner.host_probe_path).
+    probes = Path(args.raw).with_name(Path(args.raw).name + ".host.jsonl")
+    sources = list(args.validation or []) + ([str(probes)] if probes.exists() and str(probes) not in
+                                              (args.validation or []) else [])
+    if sources:
+        validation = load_validation(*sources)
+        command += " --validation " + " ".join(sources)
+    if args.stored_nodes:
+        command += " --stored-nodes"
+    profile = fit_profile(load_raw(args.raw), command=command, validation=validation,
+                          retrace=not args.stored_nodes)
+    profile.save(args.out)
+    profile_from_json(json.loads(Path(args.out).read_text()))  # what we wrote must load back
+    print(f"wrote {args.out}: {profile.gpu}, {len(profile.residuals)} residual fits, "
+          f"kernel latency {profile.kernel_latency_s * 1e6:.2f} us, power model "
+          f"{'fitted' if profile.provenance.get('power_model') == 'fitted' else 'prior'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""`gpuest` command line: graph, estimate, compare, sweep, memory, generate, gpus, calibrate, fit, validate,
+report, export, plot."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from typing import Any, Callable, Sequence
+
+from .errors import GpuestError
+
+MODEL_HELP = ("torchvision name (resnet50), timm:NAME, hf:gpt2|bert-base-uncased|llama|llama-3b|qwen2-0.5b, lstm, gru, "
+              "or path/to/file.py:factory")
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help=MODEL_HELP)
+    p.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
+    p.add_argument("--seq", type=int, default=None, help="sequence length for text models")
+    p.add_argument("--image-size", type=int, default=None, help="input resolution for vision models")
+    p.add_argument("--train", action="store_true", help="a full training step (forward, backward, AdamW)")
+    p.add_argument("--precision", default="fp32", help="fp32 | bf16-mixed | fp16-mixed | bf16 | fp16")
+    p.add_argument("--optimizer", default="adamw", help="adamw | sgd (training only)")
+
+
+def _graph(args: argparse.Namespace):
+    from .capture.models import load_model
+    from .capture.trace import trace
+    if args.batch < 1:
+        raise ValueError(f"--batch must be >= 1, got {args.batch}")
+    loaded = load_model(args.model, batch=args.batch, seq=args.seq, image_size=args.image_size)
+    return trace(loaded.model, loaded.example_inputs, mode="training" if args.train else "inference",
+                 precision=args.precision, optimizer=args.optimizer, name=loaded.name, batch=loaded.batch)
+
+
+def _parse_range(text: str) -> list[float]:
+    """'100:300:25' -> [100, 125, ..., 300]; '100,150' -> [100, 150]."""
+    if ":" in text:
+        parts = [float(v) for v in text.split(":")]
+        if len(parts) != 3 or parts[2] <= 0:
+            raise ValueError(f"range {text!r} must be START:STOP:STEP with STEP > 0")
+        start, stop, step = parts
+        n = int(round((stop - start) / step)) + 1
+        return [start + i * step for i in range(max(n, 0))]
+    return [float(v) for v in text.split(",") if v]
+
+
+# ------------------------------------------------------------------------------------------ commands
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    from .report.graph_summary import graph_summary
+    g = _graph(args)
+    print(graph_summary(g))
+    if args.output:
+        from .report.export import export
+        export(g, args.output)
+        print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from .price.estimate import estimate_graph
+    est = estimate_graph(_graph(args), args.gpu, args.clock, launch=args.launch, power_limit=args.power_limit,
+                         profile=args.profile, host_scale=args.host_scale)
+    if args.json:
+        data = est.to_dict()
+        if not args.per_node:
+            data.pop("per_node")
+        print(json.dumps(data, indent=1, default=str))
+    else:
+        print(est)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .price.sweep import compare
+    prices = dict(kv.split("=") for kv in args.price_per_hour.split(",")) if args.price_per_hour else None
+    gpus = args.gpus.split(",") if args.gpus else None
+    df = compare(_graph(args), gpus, args.clock, by=args.by, price_per_hour=prices, launch=args.launch)
+    print(df.to_json(orient="records", indent=1) if args.json else df.to_string(index=False))
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .price.sweep import sweep
+    clocks = _parse_range(args.clocks) if args.clocks else None
+    limits = _parse_range(args.power_limits) if args.power_limits else None
+    df = sweep(_graph(args), args.gpu, clocks, limits, launch=args.launch)
+    print(df.to_json(orient="records", indent=1) if args.json else df.to_string(index=False))
+    if args.plot:
+        from .report.plots import sweep_plot
+        sweep_plot(df, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    from .catalog import get_gpu
+    from .price.memory import max_batch, memory_estimate
+    from .report.text import table
+    gpu = get_gpu(args.gpu)  # an unknown name fails here, before any tracing
+    mem = memory_estimate(_graph(args), gpu)
+    data: dict[str, Any] = {"model": args.model, "gpu": gpu.name, "mode": "training" if args.train else "inference",
+                            "precision": args.precision, "batch": args.batch, "peak_memory_bytes": mem.peak_bytes,
+                            "peak_reserved_bytes": mem.peak_reserved_bytes, "capacity_bytes": mem.capacity_bytes,
+                            "fits": mem.fits, "memory_breakdown": mem.breakdown_bytes}
+    if args.max_batch:
+        found = max_batch(args.model, gpu, mode=data["mode"], precision=args.precision, optimizer=args.optimizer,
+                          seq=args.seq, image_size=args.image_size)
+        data.update(max_batch=found.batch, max_batch_limited=found.limited,
+                    max_batch_peak_bytes=found.memory.peak_bytes if found.memory else None)
+    if args.json:
+        print(json.dumps(data, indent=1))
+        return 0
+    gb = lambda b: f"{b / 1e9:.3f} GB"  # noqa: E731
+    print(f"gpuest memory: {args.model} [{data['mode']}, {args.precision}, batch {args.batch}] on {gpu.name}")
+    rows = [[k, gb(v), f"{100 * v / max(mem.peak_bytes, 1):.1f}%"] for k, v in mem.breakdown_bytes.items()]
+    print(table(rows + [["peak allocated", gb(mem.peak_bytes), "100.0%"]], ["at the peak", "bytes", "share"]))
+    print(f"peak reserved {gb(mem.peak_reserved_bytes)}; usable on {gpu.name} {gb(mem.capacity_bytes)}: "
+          + ("fits" if mem.fits else "DOES NOT FIT (out of memory)"))
+    if args.max_batch:
+        more = " (search limit reached)" if data["max_batch_limited"] else ""
+        print(f"largest batch that fits: {data['max_batch']}{more}")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .price.generation import compare_generation, price_generation, trace_generation
+    graphs = trace_generation(args.model, batch=args.batch, prompt_tokens=args.prompt, new_tokens=args.new_tokens,
+                              precision=args.precision, cache=args.cache)
+    est = price_generation(graphs, args.gpu, args.clock, launch=args.launch, power_limit=args.power_limit,
+                           profile=args.profile)
+    print(json.dumps(est.to_dict(), indent=1, default=str) if args.json else est)
+    if args.compare:
+        gpus = [args.gpu] + [g for g in args.compare.split(",") if g]
+        df = compare_generation(graphs, gpus, args.clock, by=args.by, launch=args.launch, profile=args.profile)
+        print(df.to_json(orient="records", indent=1) if args.json else "\n" + df.to_string(index=False))
+    return 0
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    from .catalog import list_gpus
+    from .profile import shipped_profiles
+    calibrated = shipped_profiles()
+    rows = [[g.name, g.architecture, str(g.sm_count), f"{g.max_clock_mhz:.0f}", f"{g.memory_gb:g}",
+             f"{g.memory_bandwidth_gb_s:.0f}", f"{g.peak_tflops.get('bf16') or '-'}",
+             f"{g.peak_tflops.get('fp32')}", f"{g.tdp_w:.0f}", "yes" if g.name in calibrated else "-"]
+            for g in list_gpus()]
+    from .report.text import table
+    print(table(rows, ["gpu", "arch", "SMs", "boost MHz", "mem GB", "GB/s", "bf16 TFLOPS", "fp32 TFLOPS",
+                       "TDP W", "calibrated"]))
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from gpuest.calibrate.runner import run_suite
+    out = run_suite(args.out, suite=args.suite, budget_s=args.budget_s, resume=args.resume, dry_run=args.dry_run,
+                    command="gpuest calibrate " + " ".join(args.argv))
+    print(f"wrote {out}; fit it with: gpuest fit {out} -o profile.json")
+    return 0
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from gpuest.calibrate.fit import main as fit_main
+    return fit_main([args.raw, "-o", args.out] + (["--validation", *args.validation] if args.validation else [])
+                    + (["--stored-nodes"] if args.stored_nodes else []))
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from gpuest.calibrate.validate import main as validate_main
+    return validate_main(args.rest)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report.accuracy import main as report_main
+    return report_main(args.rest)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .price.estimate import estimate_graph
+    from .report.export import export
+    est = estimate_graph(_graph(args), args.gpu, args.clock, launch=args.launch)
+    export(est, args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from .price.estimate import estimate_graph
+    from .report.plots import roofline_plot
+    if args.kind != "roofline":
+        raise ValueError(f"unknown plot {args.kind!r}; accepted: roofline")
+    est = estimate_graph(_graph(args), args.gpu, args.clock, launch=args.launch)
+    roofline_plot(est, args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ parser
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuest", description="Predict PyTorch time, power and energy on "
+                                     "NVIDIA GPUs without running there.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str, model: bool = True,
+            gpu: bool = False) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        if model:
+            _add_model_args(p)
+        if gpu:
+            p.add_argument("--gpu", required=True, help="GPU name from `gpuest gpus` (e.g. A100, H100, T4)")
+            p.add_argument("--clock", type=float, default=None, help="SM clock in MHz (default: max boost)")
+            p.add_argument("--launch", default="eager", choices=["eager", "graph"],
+                           help="eager (per-op host dispatch) or graph (CUDA graphs / compiled)")
+        p.set_defaults(func=fn)
+        return p
+
+    p = add("graph", cmd_graph, "trace a model and summarise its annotated ATen graph")
+    p.add_argument("-o", "--output", help="write the graph (.graphml, .json, .dot, .csv)")
+    p = add("estimate", cmd_estimate, "predict time, power and energy of one step on a GPU", gpu=True)
+    p.add_argument("--power-limit", type=float, default=None, help="board power limit in W (default TDP)")
+    p.add_argument("--profile", default=None, help="profile JSON, 'prior' or 'roofline' (default: automatic)")
+    p.add_argument("--host-scale", type=float, default=1.0, help="scale host dispatch costs (slower CPU > 1)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--per-node", action="store_true", help="include per-node rows in --json output")
+    p = add("compare", cmd_compare, "rank GPUs by time, energy or EDP for one model")
+    p.add_argument("--gpus", default=None, help="comma-separated GPU names (default: the whole catalogue)")
+    p.add_argument("--clock", type=float, default=None, help="SM clock in MHz, clamped to each GPU's range")
+    p.add_argument("--by", default="time", choices=["time", "energy", "edp"])
+    p.add_argument("--price-per-hour", default=None, help="e.g. H100=2.5,A100=1.2 adds cost per step")
+    p.add_argument("--launch", default="eager", choices=["eager", "graph"])
+    p.add_argument("--json", action="store_true")
+    p = add("sweep", cmd_sweep, "sweep SM clocks and/or power limits on one GPU", gpu=False)
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--clocks", default=None, help="MHz: START:STOP:STEP or a comma list")
+    p.add_argument("--power-limits", default=None, help="W: START:STOP:STEP or a comma list")
+    p.add_argument("--launch", default="eager", choices=["eager", "graph"])
+    p.add_argument("--plot", default=None, help="write a PNG of time and energy against the setting")
+    p.add_argument("--json", action="store_true")
+    p = add("memory", cmd_memory, "predict peak memory of one step on a GPU, whether it fits, the largest batch")
+    p.add_argument("--gpu", required=True, help="GPU name from `gpuest gpus` (e.g. L4, A100-SXM4-40GB)")
+    p.add_argument("--max-batch", action="store_true", help="also find the largest batch that fits (traces several)")
+    p.add_argument("--json", action="store_true")
+    p = add("generate", cmd_generate, "predict a greedy generate() call of a decoder LM: TTFT, time per token, "
+            "tokens/s and energy per token", model=False, gpu=True)
+    p.add_argument("model", help="a decoder LM: hf:gpt2|llama|llama-3b|qwen2-0.5b or an hf config .json")
+    p.add_argument("--batch", type=int, default=1, help="sequences generated together (default 1)")
+    p.add_argument("--prompt", type=int, required=True, help="prompt tokens per sequence")
+    p.add_argument("--new-tokens", type=int, required=True, help="tokens generated per sequence")
+    p.add_argument("--precision", default="bf16", help="weights and KV cache: bf16 | fp16 | fp32 (default bf16)")
+    p.add_argument("--cache", default="dynamic", choices=["dynamic", "static"], help="transformers KV cache kind")
+    p.add_argument("--power-limit", type=float, default=None, help="board power limit in W (default TDP)")
+    p.add_argument("--profile", default=None, help="profile JSON, 'prior' or 'roofline' (default: automatic)")
+    p.add_argument("--compare", default=None, help="also rank these comma-separated GPUs (with --gpu)")
+    p.add_argument("--by", default="tokens_per_s", choices=["tokens_per_s", "energy_per_token", "time", "ttft"],
+                   help="ranking of --compare (default tokens_per_s)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    add("gpus", cmd_gpus, "list the GPU catalogue", model=False)
+    p = add("calibrate", cmd_calibrate, "measure this machine's GPU (micro-benchmarks + NVML)", model=False)
+    p.add_argument("--out", default="calibration.jsonl")
+    p.add_argument("--suite", default="quick", choices=["quick", "full"],
+                   help="quick (default: fits 5 minutes on an H100) or full (every benchmark, ~25 minutes)")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="seconds instead of the suite's: more adds shapes, never drops a category")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--dry-run", action="store_true", help="exercise the suite on the CPU with tiny sizes")
+    p = add("fit", cmd_fit, "fit a profile from raw calibration rows", model=False)
+    p.add_argument("raw")
+    p.add_argument("-o", "--out", required=True)
+    p.add_argument("--validation", nargs="+", default=None,
+                   help="validation JSONL files of the same GPU (host-side calibration)")
+    p.add_argument("--stored-nodes", action="store_true",
+                   help="use the nodes stored at measurement time instead of re-tracing the benchmarks")
+    p = add("validate", cmd_validate, "measure real runs on this GPU (see --help of gpuest.calibrate.validate)",
+            model=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p = add("report", cmd_report, "accuracy report from validation results", model=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p = add("export", cmd_export, "export an estimate (.graphml .json .dot .csv .trace.json .html)", gpu=True)
+    p.add_argument("-o", "--output", required=True)
+    p = sub.add_parser("plot", help="plots of an estimate")
+    p.add_argument("kind", choices=["roofline"])
+    _add_model_args(p)
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--clock", type=float, default=None)
+    p.add_argument("--launch", default="eager", choices=["eager", "graph"])
+    p.add_argument("-o", "--output", required=True)
+    p.set_defaults(func=cmd_plot)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.argv = list(argv if argv is not None else sys.argv[1:])[1:]   # the subcommand's own words
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            return args.func(args)
+    except (GpuestError, ValueError, FileNotFoundError) as exc:
+        print(f"gpuest {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

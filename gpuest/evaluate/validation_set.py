@@ -1,0 +1,327 @@
+"""The validation set as data: which (model, batch, mode, precision) configs are measured on a real GPU
+and compared with gpuest's predictions (`gpuest.calibrate.validate`, `gpuest.report.accuracy`).
+
+Held-out models: every third model of `MODELS` (positions 2, 5, 8, ... in this fixed, family-interleaved
+list) is marked `heldout=True`. Those models are never used for fitting or tuning anything (calibration
+fits, thresholds, constants); the accuracy report lists them separately. Do not reorder `MODELS`: append
+new models at the end so existing held-out marks stay put.
+
+Sets:
+  full    every model x {small, large batch} x {inference, training} x {fp32, bf16-mixed}
+  quick   two configs per model (~42 configs, ~5 min on an H100 including warm-up), covering every
+          mode x precision x batch-size combination across the models
+  dry     three tiny CPU configs for `python3 -m gpuest.calibrate.validate --dry-run`
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Iterable
+
+MODES = ("inference", "training")
+PRECISIONS = ("fp32", "bf16-mixed")
+HELDOUT_EVERY = 3  # models at positions i with i % 3 == 2 are held out
+DEFAULT_SEQ = {"llm": 128, "rnn": 64}
+DEFAULT_IMAGE_SIZE = 224
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of the validation set. Batches: a small and a large one that fit in 80 GB in
+    fp32 training with AdamW (the most memory-hungry config)."""
+
+    spec: str          # a `load_model` spec
+    family: str        # cnn | vit | llm | rnn (finer than load_model's family)
+    small_batch: int
+    large_batch: int
+    seq: int | None = None
+    image_size: int | None = None
+    heldout: bool = False
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    """One measured configuration."""
+
+    model: str
+    family: str
+    batch: int
+    mode: str
+    precision: str
+    seq: int | None = None
+    image_size: int | None = None
+    heldout: bool = False
+    optimizer: str = "adamw"
+    per_op: bool = False
+    memory_format: str = "contiguous"   # "channels_last": NHWC weights and inputs (gpuest.capture.models)
+    split: str = ""                     # "test" for models of the frozen test split (TEST_MODELS)
+
+    @property
+    def key(self) -> str:
+        """Stable identity of the config (what resume and the report match on)."""
+        shape = f"s{self.seq}" if self.seq else (f"i{self.image_size}" if self.image_size else "-")
+        layout = "|channels_last" if self.memory_format == "channels_last" else ""
+        return f"{self.model}|b{self.batch}|{shape}|{self.mode}|{self.precision}{layout}"
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["key"] = self.key
+        return d
+
+
+# Family-interleaved so that "every third" holds out models of every family.
+_MODELS: list[tuple[str, str, int, int, int | None, int | None]] = [
+    # spec,                 family, small, large, seq,  image_size
+    ("resnet18",            "cnn",  1, 256, None, 224),
+    ("vit_b_16",            "vit",  1, 64,  None, 224),
+    ("hf:gpt2",             "llm",  1, 32,  128,  None),   # held out
+    ("resnet50",            "cnn",  1, 128, None, 224),
+    ("lstm",                "rnn",  1, 256, 64,   None),
+    ("mobilenet_v3_large",  "cnn",  1, 256, None, 224),    # held out
+    ("hf:bert-base-uncased", "llm", 1, 64,  128,  None),
+    ("efficientnet_b0",     "cnn",  1, 128, None, 224),
+    ("swin_t",              "vit",  1, 128, None, 224),    # held out
+    ("convnext_tiny",       "cnn",  1, 128, None, 224),
+    ("hf:llama",            "llm",  1, 64,  128,  None),
+    ("gru",                 "rnn",  1, 256, 64,   None),   # held out
+    ("densenet121",         "cnn",  1, 64,  None, 224),
+    ("regnet_y_800mf",      "cnn",  1, 256, None, 224),
+    ("shufflenet_v2_x1_0",  "cnn",  1, 256, None, 224),    # held out
+    ("vgg16",               "cnn",  1, 64,  None, 224),
+    ("vit_b_32",            "vit",  1, 256, None, 224),
+    ("mobilenet_v2",        "cnn",  1, 256, None, 224),    # held out
+    ("resnext50_32x4d",     "cnn",  1, 128, None, 224),
+    ("squeezenet1_1",       "cnn",  1, 256, None, 224),
+    ("efficientnet_v2_s",   "cnn",  1, 128, None, 224),    # held out
+]
+
+MODELS: tuple[ModelEntry, ...] = tuple(
+    ModelEntry(spec, fam, small, large, seq, img, heldout=(i % HELDOUT_EVERY == HELDOUT_EVERY - 1))
+    for i, (spec, fam, small, large, seq, img) in enumerate(_MODELS)
+)
+MODEL_INDEX: dict[str, ModelEntry] = {m.spec: m for m in MODELS}
+
+# Configs whose per-op device times are recorded (profiler op sequence) in the quick and full sets.
+PER_OP_MODELS = ("resnet50", "hf:gpt2", "lstm", "vit_b_16", "mobilenet_v3_large")
+
+# Every (batch size, mode, precision) combination, in the order the quick set rotates through them.
+_COMBOS = [(size, mode, prec) for mode in MODES[::-1] for size in ("large", "small") for prec in PRECISIONS[::-1]]
+
+
+def heldout_models() -> list[str]:
+    """Specs of the held-out models: never use them for fitting or tuning."""
+    return [m.spec for m in MODELS if m.heldout]
+
+
+def fitted_models() -> list[str]:
+    return [m.spec for m in MODELS if not m.heldout]
+
+
+def entry(spec: str) -> ModelEntry | None:
+    return MODEL_INDEX.get(spec)
+
+
+def _config(m: ModelEntry, size: str, mode: str, precision: str, per_op: bool = False) -> ValidationConfig:
+    batch = m.small_batch if size == "small" else m.large_batch
+    return ValidationConfig(model=m.spec, family=m.family, batch=batch, mode=mode, precision=precision,
+                            seq=m.seq, image_size=m.image_size, heldout=m.heldout, per_op=per_op)
+
+
+def full_set() -> list[ValidationConfig]:
+    """Every model x {small, large} x {inference, training} x {fp32, bf16-mixed} (168 configs)."""
+    out = []
+    for m in MODELS:
+        for size in ("small", "large"):
+            for mode in MODES:
+                for prec in PRECISIONS:
+                    out.append(_config(m, size, mode, prec,
+                                       per_op=m.spec in PER_OP_MODELS and size == "large"))
+    return out
+
+
+def quick_set() -> list[ValidationConfig]:
+    """Two configs per model: model i takes combos i and i+4 of the 8 (batch, mode, precision)
+    combinations, so every combination is measured on several models of several families;
+    per-op data for the large-batch configs of `PER_OP_MODELS`."""
+    out = []
+    for i, m in enumerate(MODELS):
+        for j in (i % len(_COMBOS), (i + len(_COMBOS) // 2) % len(_COMBOS)):
+            size, mode, prec = _COMBOS[j]
+            out.append(_config(m, size, mode, prec, per_op=m.spec in PER_OP_MODELS and size == "large"))
+    return out
+
+
+def dry_set() -> list[ValidationConfig]:
+    """Tiny CPU configs for the dry run (exercise inference, training and autocast)."""
+    return [
+        ValidationConfig(model="lstm", family="rnn", batch=2, mode="inference", precision="fp32", seq=16,
+                         heldout=MODEL_INDEX["lstm"].heldout, per_op=True),
+        ValidationConfig(model="resnet18", family="cnn", batch=2, mode="training", precision="fp32",
+                         image_size=32, heldout=MODEL_INDEX["resnet18"].heldout, per_op=True),
+        ValidationConfig(model="gru", family="rnn", batch=2, mode="training", precision="bf16-mixed", seq=8,
+                         heldout=MODEL_INDEX["gru"].heldout),
+    ]
+
+
+# Host-bound steps of fitted models that `gpuest calibrate` runs after its micro-benchmarks, so a profile
+# has measured host costs (per phase, per module call, under autocast) without `gpuest validate` runs:
+# batch 1, inference and training, fp32 and autocast, a CNN, a transformer encoder and an RNN.
+HOST_PROBES = (("resnet18", "inference", "fp32"), ("resnet18", "training", "fp32"),
+               ("resnet18", "inference", "bf16-mixed"), ("resnet18", "training", "bf16-mixed"),
+               ("hf:bert-base-uncased", "inference", "fp32"), ("hf:bert-base-uncased", "training", "bf16-mixed"),
+               ("lstm", "training", "fp32"), ("convnext_tiny", "inference", "bf16-mixed"))
+
+
+def host_set() -> list[ValidationConfig]:
+    """The host probes (HOST_PROBES) at each model's small batch; none of a held-out model."""
+    out = []
+    for spec, mode, precision in HOST_PROBES:
+        m = MODEL_INDEX[spec]
+        assert not m.heldout, f"host probe {spec} is a held-out model"
+        out.append(_config(m, "small", mode, precision))
+    return out
+
+
+# ------------------------------------------------------------------ generalisation set
+# Models of families and recipes the 21 above lack (issue 25), each measured in two recipes. Append only.
+_GENERALISATION: list[tuple[str, str, int, int | None, int | None]] = [
+    # spec,                          family, batch, seq,  image_size
+    ("timm:efficientnet_b3",          "cnn",  64,   None, 288),
+    ("timm:convnextv2_tiny",          "cnn",  128,  None, 224),
+    ("timm:poolformer_s12",           "cnn",  128,  None, 224),
+    ("timm:resnet50d",                "cnn",  128,  None, 224),
+    ("timm:regnety_032",              "cnn",  128,  None, 224),
+    ("timm:ghostnet_100",             "cnn",  256,  None, 224),
+    ("timm:edgenext_small",           "cnn",  128,  None, 224),
+    ("resnet101",                     "cnn",  128,  None, 224),
+    ("resnet152",                     "cnn",  128,  None, 224),
+    ("wide_resnet50_2",               "cnn",  64,   None, 224),
+    ("mnasnet1_0",                    "cnn",  256,  None, 224),
+    ("timm:eva02_tiny_patch14_224",   "vit",  128,  None, 224),
+    ("timm:levit_128",                "vit",  256,  None, 224),
+    ("timm:maxvit_tiny_tf_224",       "vit",  64,   None, 224),
+    ("timm:coatnet_0_rw_224",         "vit",  64,   None, 224),
+    ("timm:beit_base_patch16_224",    "vit",  64,   None, 224),
+    ("timm:mobilevit_s",              "vit",  128,  None, 256),
+    ("timm:deit_small_patch16_224",   "vit",  128,  None, 224),
+    ("vit_l_16",                      "vit",  32,   None, 224),
+    ("swin_v2_t",                     "vit",  64,   None, 256),
+    ("hf:qwen2-0.5b",                 "llm",  4,    2048, None),
+    ("hf:mistral-0.85b",              "llm",  2,    4096, None),
+    ("hf:roberta-base",               "llm",  32,   512,  None),
+    ("hf:distilbert-base-uncased",    "llm",  64,   512,  None),
+]
+# Recipes (mode, precision, memory format) a model of each family is measured in: model i takes recipes
+# i and i + len/2 of its family's list, so each gets an inference and a training step.
+_RECIPES = {
+    "cnn": [("inference", "bf16-mixed", "channels_last"), ("inference", "fp16-mixed", "contiguous"),
+            ("inference", "bf16", "channels_last"), ("training", "bf16-mixed", "channels_last"),
+            ("training", "fp16-mixed", "contiguous"), ("training", "fp32", "contiguous")],
+    "vit": [("inference", "fp16-mixed", "contiguous"), ("inference", "bf16", "contiguous"),
+            ("training", "bf16-mixed", "contiguous"), ("training", "fp32", "contiguous")],
+    "llm": [("inference", "bf16", "contiguous"), ("inference", "fp16-mixed", "contiguous"),
+            ("training", "bf16-mixed", "contiguous"), ("training", "bf16", "contiguous")],
+}
+# The frozen test split, drawn before any of these models was measured: random.Random(TEST_SPLIT_SEED)
+# .sample over the generalisation models, a third of ALL validation models (21 + 24 = 45 -> 15). Never fit,
+# tune or choose anything on them; their error is the headline (docs/ACCURACY.md).
+TEST_SPLIT_SEED = 20261125
+TEST_MODELS = ("hf:qwen2-0.5b", "hf:roberta-base", "mnasnet1_0", "resnet101", "swin_v2_t", "timm:coatnet_0_rw_224",
+               "timm:convnextv2_tiny", "timm:deit_small_patch16_224", "timm:efficientnet_b3", "timm:ghostnet_100",
+               "timm:levit_128", "timm:mobilevit_s", "timm:regnety_032", "vit_l_16", "wide_resnet50_2")
+
+
+def draw_test_split() -> tuple[str, ...]:
+    """The seeded draw TEST_MODELS holds (a test checks they agree)."""
+    import math
+    import random
+    n_all = len(_MODELS) + len(_GENERALISATION)
+    specs = [spec for spec, *_ in _GENERALISATION]
+    return tuple(sorted(random.Random(TEST_SPLIT_SEED).sample(specs, math.ceil(n_all / 3))))
+
+
+def generalisation_set() -> list[ValidationConfig]:
+    """Two recipes of each generalisation model (_RECIPES), test-split models marked `split="test"`."""
+    out = []
+    index: dict[str, int] = {}
+    for spec, family, batch, seq, image_size in _GENERALISATION:
+        recipes = _RECIPES[family]
+        i = index[family] = index.get(family, -1) + 1
+        for j in (i % len(recipes), (i + len(recipes) // 2) % len(recipes)):
+            mode, precision, layout = recipes[j]
+            out.append(ValidationConfig(model=spec, family=family, batch=batch, mode=mode, precision=precision,
+                                        seq=seq, image_size=image_size, memory_format=layout,
+                                        split="test" if spec in TEST_MODELS else ""))
+    return out
+
+
+SETS = {"quick": quick_set, "full": full_set, "dry": dry_set, "host": host_set, "generalisation": generalisation_set}
+
+
+def get_set(name: str) -> list[ValidationConfig]:
+    if name not in SETS:
+        raise ValueError(f"unknown validation set {name!r}; accepted: {', '.join(SETS)}")
+    return SETS[name]()
+
+
+def explicit_configs(models: Iterable[str], batches: Iterable[int] | None = None,
+                     modes: Iterable[str] = MODES, precisions: Iterable[str] = PRECISIONS, *,
+                     seq: int | None = None, image_size: int | None = None,
+                     per_op: bool = False) -> list[ValidationConfig]:
+    """models x batches x modes x precisions. A model of the validation set keeps its family, heldout
+    mark and default seq/image size; without `batches` it gets its small and large batch (others: 1, 32)."""
+    out = []
+    for spec in models:
+        m = MODEL_INDEX.get(spec)
+        fam = m.family if m else _guess_family(spec)
+        m_seq = seq if seq is not None else (m.seq if m else DEFAULT_SEQ.get(fam))
+        m_img = image_size if image_size is not None else (m.image_size if m else
+                                                           (DEFAULT_IMAGE_SIZE if fam in ("cnn", "vit") else None))
+        bs = list(batches) if batches else ([m.small_batch, m.large_batch] if m else [1, 32])
+        for b in bs:
+            for mode in modes:
+                for prec in precisions:
+                    out.append(ValidationConfig(model=spec, family=fam, batch=int(b), mode=mode, precision=prec,
+                                                seq=m_seq if fam in ("llm", "rnn") else None,
+                                                image_size=m_img if fam not in ("llm", "rnn") else None,
+                                                heldout=bool(m and m.heldout), per_op=per_op))
+    return out
+
+
+def _guess_family(spec: str) -> str:
+    s = spec.lower()
+    if s.startswith("hf:"):
+        return "llm"
+    if s in ("lstm", "gru"):
+        return "rnn"
+    if any(t in s for t in ("vit", "swin", "deit", "beit", "maxvit")):
+        return "vit"
+    return "cnn"
+
+
+# ------------------------------------------------------------------ duration estimate
+# Rough per-config costs on an H100 (s): the measurement itself (warm-up >= 0.5 s, timing ~1 s,
+# profiler ~1 s, energy window), plus a model build when the (model, batch) changes.
+EST_BUILD_S = 1.5
+EST_MEASURE_OVERHEAD_S = 2.5
+EST_PER_OP_EXTRA_S = 1.5
+EST_STARTUP_S = 20.0
+
+
+def estimated_duration_s(configs: list[ValidationConfig], window_s: float = 2.0) -> float:
+    """A rough wall-clock estimate for `gpuest.calibrate.validate` on an H100 (CUDA init, builds, warm-up,
+    timing, profiler, energy window). Large training configs take longer; this is a planning number."""
+    builds = len({(c.model, c.batch, c.seq, c.image_size) for c in configs})
+    per_op = sum(c.per_op for c in configs)
+    return (EST_STARTUP_S + builds * EST_BUILD_S + len(configs) * (EST_MEASURE_OVERHEAD_S + window_s)
+            + per_op * EST_PER_OP_EXTRA_S)
+
+
+def with_per_op(configs: list[ValidationConfig], per_op: bool | Iterable[str]) -> list[ValidationConfig]:
+    """Set per-op recording: True (all), False (keep each config's own flag), or a collection of model
+    specs / config keys."""
+    if per_op is True:
+        return [replace(c, per_op=True) for c in configs]
+    if per_op is False or per_op is None:
+        return list(configs)
+    chosen = set(per_op)
+    return [replace(c, per_op=c.per_op or c.model in chosen or c.key in chosen) for c in configs]

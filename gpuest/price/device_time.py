@@ -1,0 +1,264 @@
+"""Per-node device time: PALEO-style roofline at an SM clock, corrected by the fitted residual.
+
+t_node = kernels * kernel_latency + host_syncs * host_sync + grid_syncs * grid_sync + max(flops / peak(mode, clock), bytes / bandwidth)
+         * exp(x . beta)
+where x are the node's residual features (those the profile names) and beta the profile's most specific
+fit for the node: its ATen op in its math mode, the op, its category in its math mode, the category,
+then the profile's default; x . beta is then corrected by the residuals of the calibration benchmarks
+of the node's op nearest to it (local_correction).
+Memory bandwidth does not depend on the SM clock; compute peaks scale with it.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from ..catalog import GPUSpec
+from ..profile import Profile, ResidualFit, mode_key, op_keys, seconds_or_prior
+from .features import (ALIGN_ELEMENTS, GEMM_TILE, RESIDUAL_FEATURES, FeatureInputs,  # noqa: F401 (re-exported)
+                       residual_features)
+from .local_correction import local_corrections
+from .arrays import map_values
+from .node_table import NodeTable
+from .reduce_launch import NodeLaunches, reduce_launches
+
+# What a GPU without a hardware path for a math mode runs instead (cuBLAS/cuDNN fall back).
+MATH_MODE_FALLBACK = {"fp8": "fp16", "int8": "fp16", "bf16": "fp32", "fp16": "fp32", "tf32": "fp32",
+                      "int": "fp32", "fp64": "fp32"}
+# Causal attention (see executed_flops): the fixed work of one query tile in key tiles, and the query
+# tiles resident per SM. Chosen against the suite's causal / non-causal SDPA pairs, whose time ratios are
+# 0.57 at 64 key tiles, 0.64 at 16 and ~1.0 at 2 (and ~0.9 for 256 query tiles, which one wave holds);
+# benchmarks/kernel_facts.py recomputes them.
+ATTENTION_TILE_OVERHEAD = 3.0
+ATTENTION_CTAS_PER_SM = 2
+# A persistent recurrent kernel (Cost.grid_syncs > 0) holds its recurrent weights in the registers of
+# the SMs it occupies, up to PERSISTENT_REGISTER_STEPS serial steps' worth per step (49152 fp32 weights,
+# 192 KB); the rest it re-reads every step. On the H100 a step took 0.66 us at 16384 weights, 1.16-1.21
+# at 49152 (GRU, hidden 128), 1.88-2.34 at 65536 (LSTM, 128), 3.84 at 76800 and 7.66 at 147456
+# (python3 benchmarks/kernel_facts.py): beyond the knee each weight costs about six times as much (the
+# profiles' fitted persistent_step_s + spilled_step_s over persistent_step_s). The fit prices both
+# shares per serial step.
+PERSISTENT_REGISTER_STEPS = 0.75
+# The fitted correction never makes an op faster than its roofline at catalogue peaks (a physical
+# bound for DRAM-resident data), nor more than 500x slower (a one-row layer norm of a few KB takes ~100x its
+# roofline; fits stay inside their data's feature range in any case). The one exception to the first:
+# an output of at most L2_ABSORBED_SHARE of the L2 cache stays there for its consumer instead of reaching
+# DRAM while the op runs (an embedding lookup of 4096 x 1600 bf16 rows on the H100 moves its 26 MB at
+# 3.8 TB/s, above the DRAM's 3.35; benchmarks/kernel_facts.py), so an op's floor is the time of its other
+# bytes (dram_floor_s).
+RESIDUAL_CLIP = (0.0, np.log(500.0))
+EXTRAPOLATION_TOL = 1e-6              # feature units / log time by which clipping counts as extrapolating
+L2_ABSORBED_SHARE = 0.5
+Z90 = 1.6449                          # two-sided 90 % interval
+MAX_LOG_SD = 2.0                      # std of log time beyond which an interval is capped
+
+
+@dataclass(frozen=True)
+class DeviceTimes:
+    """Per-node arrays (seconds unless named otherwise)."""
+
+    compute_s: np.ndarray
+    memory_s: np.ndarray
+    roofline_s: np.ndarray
+    latency_s: np.ndarray
+    device_s: np.ndarray
+    log_sd: np.ndarray                # std of log(device_s) from the fit (coefficients + residual)
+    coef_sd: np.ndarray               # the part from coefficient uncertainty (correlated across nodes)
+    peak_flops: np.ndarray            # FLOP/s used per node
+    effective_mode: np.ndarray        # math mode priced (after fallbacks)
+    work_flops: np.ndarray            # FLOP the kernels spend time on (see executed_flops)
+    bound: np.ndarray                 # "compute" | "memory" | "latency" | "none"
+    kernels: np.ndarray               # device operations per node: its kernels and a split reduction's memset
+    features: np.ndarray              # (n, len(RESIDUAL_FEATURES)) residual regressors, all of them
+    extrapolated: np.ndarray          # priced outside its fit's data: a feature or the correction clipped
+
+
+def effective_math_modes(table: NodeTable, gpu: GPUSpec) -> tuple[np.ndarray, list[str]]:
+    """The math mode each node runs in on `gpu` and warnings for modes the GPU lacks."""
+    available = set(gpu.available_math_modes)
+    modes = np.where(table.tensor_core, table.math_mode, np.where(table.math_mode == "fp64", "fp64", "fp32"))
+    out = modes.copy()
+    notes = []
+    for mode in set(modes.tolist()):
+        chosen = mode
+        while chosen not in available and chosen in MATH_MODE_FALLBACK:
+            chosen = MATH_MODE_FALLBACK[chosen]
+        if chosen != mode:
+            if mode not in ("int",):
+                notes.append(f"{gpu.name} has no {mode} hardware path; {int((modes == mode).sum())} ops priced "
+                             f"as {chosen}, as the GPU would run them")
+            out[modes == mode] = chosen
+    return out, notes
+
+
+def executed_flops(table: NodeTable, gpu: GPUSpec, mode: np.ndarray) -> np.ndarray:
+    """FLOPs each node's time is priced on (FLOP) in math modes `mode` (effective_math_modes): the counted
+    FLOPs, with what kernels really compute.
+
+    A dense tensor-core convolution pads its input and output channels to the tensor-core alignment of
+    its math mode (ALIGN_ELEMENTS): an RGB stem's 3 channels run as 8 in bf16, as 4 in TF32 (the suite's
+    3-channel stems take the same time in both, at twice the bf16 peak). The implicit GEMM of a node
+    has one channel count as N and the other times the window as K, whichever gradient it is, so the
+    factor is symmetric in the two. Grouped convolutions are left as counted.
+
+    A causal attention kernel skips the key tiles above the diagonal, but every query tile still pays a
+    fixed part (loading Q, the softmax epilogue, writing O: ATTENTION_TILE_OVERHEAD key tiles' worth),
+    and the kernel cannot finish before its longest query tile, which sees every key: when one wave
+    holds all query tiles the skipping saves nothing."""
+    m, n, k, heads = table.gemm.T
+    flops = table.flops
+    dense = (table.category == "conv") & table.tensor_core & (heads <= 1) & (n > 0) & (k > 0)
+    if dense.any():
+        align = map_values(mode, ALIGN_ELEMENTS, 1.0)
+        a = np.maximum(n, 1.0)
+        b = np.maximum(k / np.maximum(table.window, 1.0), 1.0)
+        pad = (np.ceil(a / align) * align / a) * (np.ceil(b / align) * align / b)
+        flops = np.where(dense, flops * pad, flops)
+    skipped = table.flops_skipped > 0
+    if not skipped.any():
+        return flops
+    q_tiles = np.ceil(np.maximum(m, 1) / GEMM_TILE)
+    k_tiles = np.ceil(np.maximum(n, 1) / GEMM_TILE)
+    kept = 1.0 - table.flops_skipped / np.maximum(table.flops, 1.0)
+    c = ATTENTION_TILE_OVERHEAD
+    longest = c + k_tiles
+    tiles = np.maximum(heads, 1) * q_tiles
+    slots = ATTENTION_CTAS_PER_SM * gpu.sm_count
+    causal = np.maximum(tiles * (c + kept * k_tiles) / slots, longest)
+    full = np.maximum(tiles * (c + k_tiles) / slots, longest)
+    return np.where(skipped, flops * causal / full, flops)
+
+
+def persistent_steps(table: NodeTable) -> tuple[np.ndarray, np.ndarray]:
+    """(serial steps, spilled serial steps) per node of the persistent kernels (grid_syncs > 0; 0
+    elsewhere): Cost.serial_steps, and the share of them beyond PERSISTENT_REGISTER_STEPS per barrier."""
+    persistent = table.grid_syncs > 0
+    per_barrier = np.divide(table.serial_steps, table.grid_syncs, out=np.zeros(len(table)), where=persistent)
+    spilled = table.grid_syncs * np.maximum(per_barrier - PERSISTENT_REGISTER_STEPS, 0.0)
+    return np.where(persistent, table.serial_steps, 0.0), np.where(persistent, spilled, 0.0)
+
+
+def persistent_step_time_s(table: NodeTable, grid_sync_s: float, step_s: float, spilled_s: float) -> np.ndarray:
+    """Fixed device time per node of its persistent kernels' steps (s): grid_sync_s per barrier, step_s
+    per serial step and spilled_s more per spilled one (persistent_steps)."""
+    serial, spilled = persistent_steps(table)
+    return table.grid_syncs * grid_sync_s + serial * step_s + spilled * spilled_s
+
+
+def dram_floor_s(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
+    """Seconds per node for the bytes that must cross the DRAM interface at catalogue bandwidth: all
+    but an output small enough to stay in L2 (L2_ABSORBED_SHARE of it)."""
+    absorbed = table.bytes_written <= gpu.l2_cache_bytes * L2_ABSORBED_SHARE
+    return np.where(absorbed, table.bytes - table.bytes_written, table.bytes) / gpu.memory_bandwidth_bytes_per_s
+
+
+def log_floor(compute_s: np.ndarray, dram_s: np.ndarray, roofline_s: np.ndarray) -> np.ndarray:
+    """The lowest log correction per node: log(max(compute, dram_s) / roofline), at most 0 (dram_s:
+    dram_floor_s)."""
+    floor = np.maximum(compute_s, dram_s)
+    return np.minimum(np.log(np.maximum(floor, 1e-15) / np.maximum(roofline_s, 1e-15)), RESIDUAL_CLIP[0])
+
+
+def fit_key(op: str, category: str, mode: str, available: Iterable[str]) -> str:
+    """The residual fit a node uses: the most specific of op@mode, op (or its out-of-place form, see
+    op_keys), category@mode, category that the profile has, else "default"."""
+    return next((c for c in (*op_keys(op, mode), mode_key(category, mode), category) if c in available),
+                "default")
+
+
+def fit_keys(table: NodeTable, mode: np.ndarray, available: Iterable[str]) -> np.ndarray:
+    """fit_key of every node of `table` priced in math modes `mode`."""
+    have = set(available)
+    resolved: dict[tuple[str, str, str], str] = {}
+    keys = np.empty(len(table), dtype=object)
+    for i, triple in enumerate(zip(table.fit_op.tolist(), table.category.tolist(), mode.tolist())):
+        key = resolved.get(triple)
+        if key is None:
+            key = resolved[triple] = fit_key(*triple, have)
+        keys[i] = key
+    return keys
+
+
+def within_fit_range(fit: ResidualFit, x: np.ndarray) -> np.ndarray:
+    """Features clipped to the range `fit` was fitted on: a fit is used, never extrapolated."""
+    if fit.x_lo is None or fit.x_hi is None:
+        return x
+    return np.clip(x, np.asarray(fit.x_lo), np.asarray(fit.x_hi))
+
+
+def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, profile: Profile,
+                 launch: str = "eager") -> tuple[DeviceTimes, list[str]]:
+    """Price every node of `table` on `gpu` at `clock_mhz` (MHz; a scalar or one clock per node).
+
+    The caller range-checks clocks; compute peaks scale linearly with the SM clock."""
+    mode, notes = effective_math_modes(table, gpu)
+    peaks = {m: gpu.peak_flops_per_s(m) for m in set(mode.tolist())}
+    peak_ref = map_values(mode, peaks, 0.0)
+    peak = peak_ref * (np.asarray(clock_mhz, dtype=float) / gpu.peak_tflops_clock_mhz)
+    work = executed_flops(table, gpu, mode)
+    compute = work / peak
+    memory = table.bytes / gpu.memory_bandwidth_bytes_per_s
+    roof = np.maximum(compute, memory)
+    # An op's efficiency relative to its roofline is a property of its shape, not of the clock it
+    # runs at: features use the roofline at the catalogue's reference clock, so compute-bound ops
+    # scale exactly 1/f.
+    roof_ref = np.maximum(work / np.where(peak_ref > 0, peak_ref, np.inf), memory)
+    launches = reduce_launches(table, gpu)
+    dram_s = dram_floor_s(table, gpu)
+    x = residual_features(FeatureInputs(table, gpu, mode, peak_ref, roof_ref, work, launches, dram_s))
+    cols = [RESIDUAL_FEATURES.index(f) for f in profile.residual_features]
+    log_eff = np.zeros(len(table))
+    coef_var = np.zeros(len(table))
+    resid_var = np.zeros(len(table))
+    log_lo, log_hi = np.full(len(table), -np.inf), np.full(len(table), np.inf)
+    extrapolated = np.zeros(len(table), dtype=bool)
+    fit_key = fit_keys(table, mode, profile.residuals)
+    for key in set(fit_key.tolist()):
+        sel = fit_key == key
+        fit = profile.residuals[key]
+        beta = np.asarray(fit.coef)
+        cov = np.asarray(fit.cov)
+        raw = x[np.ix_(sel, cols)]
+        xs = within_fit_range(fit, raw)
+        extrapolated[sel] = (np.abs(xs - raw) > EXTRAPOLATION_TOL).any(axis=1)
+        if fit.log_lo is not None and fit.log_hi is not None:
+            log_lo[sel], log_hi[sel] = fit.log_lo, fit.log_hi
+        log_eff[sel] = xs @ beta
+        # A robust fit's covariance of a near-singular design need not be PSD (clip tiny negatives),
+        # and a 90 % interval wider than e^(Z90*MAX_LOG_SD) says "unknown" as well as a wider one would.
+        coef_var[sel] = np.clip(np.einsum("ij,jk,ik->i", xs, cov, xs), 0.0, MAX_LOG_SD ** 2)
+        resid_var[sel] = fit.sigma ** 2
+    if profile.residual_points:
+        log_eff += local_corrections(x[:, cols], table.fit_op, mode, profile.residual_points)
+    # The learned part corrects the analytic time only as far as its calibration data did.
+    bounded = np.clip(log_eff, log_lo, log_hi)
+    extrapolated |= np.abs(bounded - log_eff) > EXTRAPOLATION_TOL
+    # Outside its data a fit says little: the interval spans at least half the range its data showed.
+    half_range = np.where(np.isfinite(log_hi - log_lo), (log_hi - log_lo) / 2, MAX_LOG_SD)
+    resid_var = np.minimum(np.where(extrapolated, np.maximum(resid_var, half_range ** 2), resid_var), MAX_LOG_SD ** 2)
+    log_eff = np.clip(bounded, log_floor(compute, dram_s, roof), RESIDUAL_CLIP[1])
+    active = ~(table.free | table.host_only)
+    lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
+    sync_s, grid_s, step_s, spilled_s = (seconds_or_prior(profile, key) for key in (
+        "host_sync_s", "grid_sync_s", "persistent_step_s", "spilled_step_s"))
+    kernels = table.kernels + launches.memsets
+    latency = np.where(active, kernels * lat_per_kernel + table.host_syncs * sync_s
+                       + persistent_step_time_s(table, grid_s, step_s, spilled_s), 0.0)
+    corrected = np.where(active, roof * np.exp(log_eff), 0.0)
+    device = latency + corrected
+    bound = np.where(~active, "none", np.where(latency > corrected, "latency",
+                                                np.where(compute >= memory, "compute", "memory")))
+    share = np.divide(corrected, device, out=np.zeros_like(device), where=device > 0)
+    times = DeviceTimes(compute, memory, roof, latency, device,
+                        log_sd=share * np.sqrt(coef_var + resid_var), coef_sd=share * np.sqrt(coef_var),
+                        peak_flops=peak, effective_mode=mode, work_flops=work, bound=bound, kernels=kernels,
+                        features=x, extrapolated=extrapolated & active)
+    return times, notes
+
+
+def warn_notes(notes: list[str]) -> None:
+    for note in notes:
+        warnings.warn(note, stacklevel=3)

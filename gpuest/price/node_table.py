@@ -1,0 +1,149 @@
+"""The numeric columns of an annotated graph, as numpy arrays, for vectorised pricing."""
+from __future__ import annotations
+
+import weakref
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, Iterable, Mapping
+
+import networkx as nx
+import numpy as np
+
+from ..annotate.registry import CATEGORIES, TENSOR_CORE_CATEGORIES, Cost
+from ..capture.trace import GRAPH_SCHEMA
+from ..errors import GraphNotAnnotatedError
+from ..profile import variant_op
+from .arrays import map_values
+
+REQUIRED_NODE_ATTRS = ("op", "category", "phase", "flops", "bytes_read", "bytes_written", "math_mode",
+                       "kernels", "free", "host_only")
+PHASES = ("forward", "loss", "backward", "optimizer")
+
+
+@dataclass(frozen=True)
+class NodeTable:
+    """One entry per graph node, in execution order."""
+
+    node_ids: np.ndarray      # graph node keys
+    op: np.ndarray            # str
+    category: np.ndarray      # str
+    phase: np.ndarray         # str
+    module: np.ndarray        # str
+    math_mode: np.ndarray     # str
+    flops: np.ndarray         # FLOP (torch's count)
+    flops_skipped: np.ndarray # FLOP counted in `flops` that a causal kernel skips
+    bytes: np.ndarray         # bytes read + written
+    bytes_written: np.ndarray
+    kernels: np.ndarray       # CUDA kernels launched
+    gemm: np.ndarray          # (n, 4): M, N, K, batch
+    rowwise: np.ndarray       # (n, 2): independent rows, elements per row (row-wise ops; else 0)
+    row_segment: np.ndarray   # elements per contiguous run of a row made of strided runs; 0 if contiguous
+    permuted: np.ndarray      # bool: reads an input in another memory order than it writes (transposing copy)
+    read_amplification: np.ndarray  # sectors a permuted op's loop block reads / sectors its bytes fill (>= 1)
+    window: np.ndarray        # sliding-window area of convolutions and pooling (kh * kw); 0 otherwise
+    channels_last: np.ndarray # bool: the op reads NHWC-stored activations (Cost.channels_last)
+    gemm_plane: np.ndarray    # H * W of a 1x1 stride-1 ungrouped convolution (a GEMM over NCHW planes); else 0
+    mixed_dtypes: np.ndarray  # bool: reads floating tensors of more than one dtype
+    broadcast: np.ndarray     # bool: a streaming op reading a smaller tensor expanded to the output
+    broadcast_run: np.ndarray # output elements over which the expanded tensor keeps one value; 0 if none
+    host_syncs: np.ndarray    # times the op waits on the host for a value from the GPU
+    grid_syncs: np.ndarray    # grid-wide barriers inside its kernels (a persistent RNN's steps)
+    reduce_kernel: np.ndarray # bool: runs ATen's generic reduction kernel (launch: gpuest.price.reduce_launch)
+    table_lookup: np.ndarray  # bool: looks table rows up by index (an embedding)
+    serial_steps: np.ndarray  # memory round trips its kernel makes one after another
+    fit_op: np.ndarray        # str: the op qualified by its kernel variant (Cost.variant), as fits key it
+    atomic_adds: np.ndarray   # bool: accumulates into its output with atomic adds (a scatter)
+    free: np.ndarray          # bool: metadata-only, no kernel, no host dispatch worth pricing
+    host_only: np.ndarray     # bool: runs on the CPU only
+    supported: np.ndarray     # bool
+    tensor_core: np.ndarray   # bool: FLOPs run on tensor cores (peak depends on the math mode)
+    module_calls: np.ndarray  # Python nn.Module calls dispatched just before this node
+    autocast: np.ndarray      # bool: dispatched with autocast on (mixed precision forward)
+    staged: np.ndarray        # bool: a copy an op makes of its own input inside its C++ call (staged_for)
+
+    def __len__(self) -> int:
+        return len(self.op)
+
+    def map_category(self, values: Mapping[str, float], default: float) -> np.ndarray:
+        """One value per node looked up by its category (vectorised over the few distinct categories)."""
+        return map_values(self.category, values, default)
+
+    @classmethod
+    def from_records(cls, records: Iterable[Mapping[str, Any]], node_ids: Iterable[Any] | None = None) -> "NodeTable":
+        rows = list(records)
+        col = lambda key, default=0: [r.get(key, default) for r in rows]  # noqa: E731
+        # Every Cost field the table keeps under its own name is read as the schema declares it.
+        from_cost = {f.name: np.asarray(col(f.name, 0 if f.default is MISSING else f.default),
+                                        dtype=bool if f.type == "bool" else float)
+                     for f in fields(Cost) if f.name in TABLE_COLUMNS and f.type in ("float", "int", "bool")}
+        return cls(
+            node_ids=np.asarray(list(node_ids) if node_ids is not None else range(len(rows))),
+            op=np.asarray(col("op", ""), dtype=object),
+            category=np.asarray(col("category", "other"), dtype=object),
+            phase=np.asarray(col("phase", "forward"), dtype=object),
+            module=np.asarray(col("module", ""), dtype=object),
+            math_mode=np.asarray(col("math_mode", "fp32"), dtype=object),
+            bytes=np.asarray(col("bytes_read"), dtype=float) + np.asarray(col("bytes_written"), dtype=float),
+            gemm=np.asarray([[r.get("gemm_m", 0), r.get("gemm_n", 0), r.get("gemm_k", 0), r.get("gemm_batch", 1)]
+                             for r in rows], dtype=float).reshape(len(rows), 4),
+            rowwise=np.asarray([[r.get("row_count", 0), r.get("row_len", 0)] for r in rows],
+                               dtype=float).reshape(len(rows), 2),
+            fit_op=np.asarray([variant_op(str(r.get("op", "")), str(r.get("variant") or "")) for r in rows],
+                              dtype=object),
+            free=np.asarray(col("free", False), dtype=bool),
+            tensor_core=np.asarray([runs_on_tensor_cores(r) for r in rows], dtype=bool),
+            module_calls=np.asarray(col("module_calls", 0), dtype=float),
+            autocast=np.asarray(col("autocast", False), dtype=bool),
+            staged=np.asarray([bool(r.get("staged_for")) for r in rows], dtype=bool),
+            **from_cost,
+        )
+
+
+TABLE_COLUMNS = frozenset(f.name for f in fields(NodeTable))
+
+
+# cuDNN runs a grouped convolution with fewer output channels per group than a tensor-core MMA is wide
+# (depthwise convolutions: one) on CUDA cores, in fp32 arithmetic, whatever the math mode allows.
+MIN_TENSOR_CORE_GROUP_WIDTH = 8
+
+
+def runs_on_tensor_cores(node: Mapping[str, Any]) -> bool:
+    """Whether a node's FLOPs run on tensor cores (its peak then depends on the math mode)."""
+    category = node.get("category")
+    if category not in TENSOR_CORE_CATEGORIES:
+        return False
+    width, groups = node.get("gemm_n", 0) or 0, node.get("gemm_batch", 1) or 1
+    return not (category == "conv" and groups > 1 and 0 < width < MIN_TENSOR_CORE_GROUP_WIDTH)
+
+
+def check_annotated(graph: nx.DiGraph) -> None:
+    """Raise `GraphNotAnnotatedError` unless `graph` came from `gpuest.trace` (or a faithful copy)."""
+    if not isinstance(graph, nx.DiGraph):
+        raise GraphNotAnnotatedError(f"expected a networkx.DiGraph from gpuest.trace, got {type(graph).__name__}")
+    schema = graph.graph.get("schema")
+    if schema != GRAPH_SCHEMA:
+        raise GraphNotAnnotatedError(
+            f"this graph was not produced by gpuest.trace (graph attribute schema={schema!r}, expected "
+            f"{GRAPH_SCHEMA!r}); trace the model with gpuest.trace(model, inputs) or pass the model itself")
+    for node, data in graph.nodes(data=True):
+        missing = [k for k in REQUIRED_NODE_ATTRS if k not in data]
+        if missing:
+            raise GraphNotAnnotatedError(f"node {node!r} lacks the annotations {missing}; the graph was not "
+                                         "produced by gpuest.trace or was edited")
+        if data["category"] not in CATEGORIES:
+            raise GraphNotAnnotatedError(f"node {node!r} has unknown category {data['category']!r}")
+        break  # one node checked fully; the table build checks the rest by type
+
+
+_CACHE: "weakref.WeakKeyDictionary[nx.DiGraph, tuple[int, NodeTable]]" = weakref.WeakKeyDictionary()
+
+
+def node_table(graph: nx.DiGraph) -> NodeTable:
+    """Columns of a traced graph, in execution order (cached per graph object and size)."""
+    check_annotated(graph)
+    cached = _CACHE.get(graph)
+    if cached is not None and cached[0] == graph.number_of_nodes():
+        return cached[1]
+    items = sorted(graph.nodes(data=True), key=lambda kv: kv[1].get("order", 0))
+    table = NodeTable.from_records((d for _, d in items), (n for n, _ in items))
+    _CACHE[graph] = (graph.number_of_nodes(), table)
+    return table

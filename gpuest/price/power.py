@@ -1,0 +1,92 @@
+"""Board power per node: static power plus dynamic power from the node's compute and memory use.
+
+P = static(f) + s(f) * (tensor_w * u_tc + vector_w * u_vec) + memory_w * u_mem
+s(f) = (f / f_max) * (V(f) / V(f_max))^2, V linear in f between v_min_ratio and 1 (P_dyn ~ f V^2);
+static(f) = idle_w + (static_w - idle_w) * s(f): above idle, the power of a busy but unloaded GPU is
+clock-tree and uncore switching power, which scales like dynamic power.
+Memory power does not scale with the SM clock. Host-bound gaps draw gap(f), built the same way
+from gap_w (static(f) when the profile has no measured gap power).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..catalog import GPUSpec
+from ..profile import PowerFit
+from .features import RESIDUAL_FEATURES
+from .device_time import DeviceTimes
+from .node_table import NodeTable
+
+
+# cuDNN's NCHW -> NHWC transpose of a convolution's input and the transpose of its output back each
+# read and write the activation once more: about twice the convolution's own first-touch traffic.
+RELAYOUT_TRAFFIC = 2.0
+
+
+def dram_bytes(table: NodeTable, times: DeviceTimes) -> np.ndarray:
+    """DRAM traffic (bytes) of each node for its memory power: the bytes it reads and writes, plus the
+    layout transposes cuDNN runs around a convolution of NCHW data (the `relayout` feature)."""
+    relayout = times.features[:, RESIDUAL_FEATURES.index("relayout")]
+    return table.bytes * (1.0 + RELAYOUT_TRAFFIC * relayout)
+
+
+def voltage_ratio(gpu: GPUSpec, clock_mhz: np.ndarray | float, v_min_ratio: float) -> np.ndarray:
+    span = max(gpu.max_clock_mhz - gpu.min_clock_mhz, 1.0)
+    frac = np.clip((np.asarray(clock_mhz, dtype=float) - gpu.min_clock_mhz) / span, 0.0, 1.0)
+    return v_min_ratio + (1.0 - v_min_ratio) * frac
+
+
+def transfer_power(fit: PowerFit, source: GPUSpec, target: GPUSpec) -> PowerFit:
+    """Scale a power fit measured on `source` to `target` by their dynamic ranges (TDP - idle)."""
+    if source.name == target.name:
+        return fit
+    ratio = (target.tdp_w - target.idle_power_w) / max(source.tdp_w - source.idle_power_w, 1.0)
+    gap = None if fit.gap_w is None else target.idle_power_w + (fit.gap_w - fit.idle_w) * ratio
+    return replace(fit, idle_w=target.idle_power_w, gap_w=gap,
+                   static_w=target.idle_power_w + (fit.static_w - fit.idle_w) * ratio,
+                   tensor_w=fit.tensor_w * ratio, vector_w=fit.vector_w * ratio,
+                   memory_w=fit.memory_w * ratio, sigma_w=fit.sigma_w * ratio)
+
+
+def clock_scale(gpu: GPUSpec, clock_mhz: np.ndarray | float, fit: PowerFit) -> np.ndarray:
+    """s(f) = (f / f_max) * (V(f) / V(f_max))^2: how dynamic power scales with the SM clock."""
+    v = voltage_ratio(gpu, clock_mhz, fit.v_min_ratio)
+    return np.asarray(clock_mhz, dtype=float) / gpu.max_clock_mhz * v ** 2
+
+
+def waiting_power_w(gpu: GPUSpec, clock_mhz: np.ndarray | float, fit: PowerFit) -> np.ndarray:
+    """Board power (W) while the device waits for the host at `clock_mhz`: gap(f), else static(f)."""
+    above_idle = fit.static_w if fit.gap_w is None else fit.gap_w
+    return fit.idle_w + (above_idle - fit.idle_w) * clock_scale(gpu, clock_mhz, fit)
+
+
+@dataclass(frozen=True)
+class NodePower:
+    power_w: np.ndarray        # average power while the node runs
+    static_w: np.ndarray       # power while idle-waiting for the host at that node's clock
+    util_tensor: np.ndarray
+    util_vector: np.ndarray
+    util_memory: np.ndarray
+
+
+def node_power(table: NodeTable, times: DeviceTimes, gpu: GPUSpec, clock_mhz: np.ndarray | float,
+               fit: PowerFit) -> NodePower:
+    """Power (W) of each node at its clock, from its achieved fraction of the compute and memory roofs."""
+    t = np.maximum(times.device_s, 1e-12)
+    util_compute = np.clip(times.work_flops / (times.peak_flops * t), 0.0, 1.0)
+    util_mem = np.clip(dram_bytes(table, times) / (gpu.memory_bandwidth_bytes_per_s * t), 0.0, 1.0)
+    tc = table.tensor_core
+    scale = clock_scale(gpu, clock_mhz, fit)
+    # Above idle, a busy-but-unloaded GPU burns mostly clock-distribution and uncore switching power,
+    # which scales like dynamic power (f * V^2), not like leakage.
+    static = fit.idle_w + (fit.static_w - fit.idle_w) * scale
+    waiting = waiting_power_w(gpu, clock_mhz, fit)
+    dyn = scale * (fit.tensor_w * np.where(tc, util_compute, 0.0) + fit.vector_w * np.where(tc, 0.0, util_compute))
+    power = static + dyn + fit.memory_w * util_mem
+    active = times.device_s > 0
+    power = np.where(active, power, waiting)
+    n = len(table)
+    return NodePower(np.broadcast_to(power, (n,)).astype(float), np.broadcast_to(waiting, (n,)).astype(float),
+                     np.where(tc, util_compute, 0.0), np.where(tc, 0.0, util_compute), util_mem)

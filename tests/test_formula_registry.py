@@ -1,0 +1,49 @@
+"""Registration of cost formulas and residual features fails loudly (torch's flop_counter registry
+does the same): a second formula for one op, an op name this torch lacks that is not declared
+version-dependent, a feature registered twice or without the reason it exists."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpuest.annotate.registry import VERSION_DEPENDENT_OPS, CostRegistry, by_category, iter_ops
+from gpuest.price import features
+
+
+def test_a_second_formula_for_one_op_is_refused():
+    registry = CostRegistry()
+    registry.register(torch.ops.aten.relu)(by_category("elementwise"))
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.register(torch.ops.aten.relu)(by_category("elementwise"))
+
+
+def test_an_unknown_op_name_is_refused_unless_declared_version_dependent():
+    with pytest.raises(ValueError, match="aten.relux does not exist"):
+        list(iter_ops(["relu", "relux"]))
+    missing = sorted(VERSION_DEPENDENT_OPS)[0]
+    assert [str(op) for op in iter_ops(["relu", missing])][0] == "aten.relu"
+
+
+def test_the_feature_registry_refuses_duplicates_and_undocumented_features():
+    with pytest.raises(ValueError, match="registered twice"):
+        features.feature("const")(lambda x: x)
+
+    def undocumented(x):
+        return x
+    with pytest.raises(ValueError, match="no docstring"):
+        features.feature("a_new_feature")(undocumented)
+    assert "a_new_feature" not in features.FEATURES
+
+
+def test_profiles_use_the_registry_order():
+    assert features.RESIDUAL_FEATURES == tuple(features.FEATURES) and features.RESIDUAL_FEATURES[0] == "const"
+    assert all(len(f.reason) > 20 for f in features.FEATURES.values())
+
+
+def test_the_decision_log_matches_the_code():
+    """docs/DECISIONS.md is generated from the constants' comments; regenerate it when they change."""
+    from pathlib import Path
+
+    from gpuest.report.decisions import render
+    committed = (Path(__file__).resolve().parents[1] / "docs/DECISIONS.md").read_text()
+    assert committed == render(), "docs/DECISIONS.md is stale: python3 -m gpuest.report.decisions -o docs/DECISIONS.md"
