@@ -12,7 +12,7 @@ device time by which the subset's profile moves the prediction away from the shi
     python3 benchmarks/quick_suite_study.py --profile data/calibration/fresh/H100-SXM-quick.profile.json
     python3 benchmarks/quick_suite_study.py --split test           # the frozen test split: report only
 
-Configs of the frozen test split (calibration.validation_set.TEST_MODELS) are priced only with
+Configs of the frozen test split (gpuest.evaluate.validation_set.TEST_MODELS) are priced only with
 --split test, so nothing chosen with this script's default output has seen them.
 """
 from __future__ import annotations
@@ -31,11 +31,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from calibration.budget import SUITES, run_plan  # noqa: E402
-from calibration.fit import RawData, fit_profile, load_raw, load_validation, with_current_nodes  # noqa: E402
-from calibration.validation_set import TEST_MODELS  # noqa: E402
-from estimator.profile import Profile, load_profile, shipped_profiles  # noqa: E402
-from estimator.report.accuracy import GPU_BOUND_FRACTION, load_results, trace_config, trace_key  # noqa: E402
+from gpuest.calibrate.budget import SUITES, run_plan  # noqa: E402
+from gpuest.calibrate.fit import RawData, fit_profile, load_raw, load_validation, with_current_nodes  # noqa: E402
+from gpuest.evaluate.validation_set import TEST_MODELS  # noqa: E402
+from gpuest.profile import Profile, load_profile, shipped_profiles  # noqa: E402
+from gpuest.evaluate.accuracy import GPU_BOUND_FRACTION, load_results, trace_config, trace_key  # noqa: E402
 
 DEFAULT_DATA = "data/calibration/H100-SXM.jsonl"
 DEFAULT_HOST = "data/calibration/fresh/H100-SXM-quick.jsonl.host.jsonl"
@@ -58,8 +58,7 @@ def _cached(cache: Path, tag: str, make: Any) -> Any:
 
 def _source_tag(path: str | Path | None = None) -> str:
     """A cache tag that changes with the file and with the code that derives nodes and graphs (not the fit)."""
-    code = sorted((ROOT / "estimator").rglob("*.py")) + [ROOT / "calibration" / f for f in
-                                                         ("suite.py", "runner.py", "retrace.py")]
+    code = sorted((ROOT / "gpuest").rglob("*.py"))
     h = hashlib.sha1(Path(path).read_bytes() if path else b"")
     for p in code:
         h.update(p.read_bytes())
@@ -98,7 +97,7 @@ def gpu_bound_configs(paths: list[str], gpu: str, split: str) -> list[dict[str, 
 def price(graphs: dict[tuple, Any], rows: list[dict[str, Any]], gpu: str, profile: Any) -> list[dict[Any, float]]:
     """Predicted device time per row (s, key "device_s"), per op category (key ("category", name)) and per
     ATen op (key ("op", name))."""
-    from estimator.price.estimate import estimate
+    from gpuest.price.estimate import estimate
     out = []
     for r in rows:
         with warnings.catch_warnings():
@@ -127,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     raw = retraced_raw(args.data, args.cache)
     gpu = str(raw.meta.get("catalog_gpu") or raw.meta.get("gpu_name"))
-    from estimator.catalog import get_gpu
+    from gpuest.catalog import get_gpu
     gpu = get_gpu(gpu).name
     if args.names_from:
         names = {r.get("name") for r in load_raw(args.names_from).rows} - {None}

@@ -5,7 +5,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from calibration.validation_set import TEST_MODELS
+from gpuest.evaluate.validation_set import TEST_MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +37,7 @@ def test_the_default_split_never_holds_a_test_model_and_the_test_split_only_thos
 
 
 def test_the_simulated_profile_is_fitted_on_the_named_rows_only():
-    from calibration.fit import RawData, load_raw
+    from gpuest.calibrate.fit import RawData, load_raw
     study = _study()
     raw = load_raw(ROOT / "data/calibration/H100-SXM.jsonl")
     # A small slice of the committed rows, nodes as stored (no retrace): latency probes and two categories.
