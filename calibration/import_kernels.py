@@ -163,7 +163,8 @@ def read_op_file(path: Path, op: str, device: str | None = None) -> Iterator[Sou
                 params[col] = int(raw)
                 if params[col] == 0 and col not in ZERO_ALLOWED:
                     raise _bad(path.name, line, f"{col} is 0; sizes must be positive")
-            if device is not None and rec["Device"] != device:
+            device = device or rec["Device"]  # the first row names the folder's device
+            if rec["Device"] != device:
                 raise _bad(path.name, line, f"Device {rec['Device']!r} differs from the folder's {device!r}")
             if rec["Torch Version"] != TORCH_PIN or rec["CUDNN Version"] != CUDNN_PIN:
                 raise _bad(path.name, line, f"measured with torch {rec['Torch Version']!r} / cuDNN "
