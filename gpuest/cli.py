@@ -167,6 +167,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
                     + (["--stored-nodes"] if args.stored_nodes else []))
 
 
+def cmd_import_kernels(args: argparse.Namespace) -> int:
+    from gpuest.calibrate.import_kernels import main as import_main
+    return import_main([args.src, "-o", args.out] + (["--per-op", str(args.per_op)] if args.per_op else [])
+                       + (["--seed", str(args.seed)] if args.seed is not None else []))
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from gpuest.calibrate.validate import main as validate_main
     return validate_main(args.rest)
@@ -259,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     add("gpus", cmd_gpus, "list the GPU catalogue", model=False)
     p = add("calibrate", cmd_calibrate, "measure this machine's GPU (micro-benchmarks + NVML)", model=False)
-    p.add_argument("--out", default="calibration.jsonl")
+    p.add_argument("--out", default="gpuest.calibrate.jsonl")
     p.add_argument("--suite", default="quick", choices=["quick", "full"],
                    help="quick (default: fits 5 minutes on an H100) or full (every benchmark, ~25 minutes)")
     p.add_argument("--budget-s", type=float, default=None,
@@ -273,6 +279,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="validation JSONL files of the same GPU (host-side calibration)")
     p.add_argument("--stored-nodes", action="store_true",
                    help="use the nodes stored at measurement time instead of re-tracing the benchmarks")
+    p = add("import-kernels", cmd_import_kernels, "import public per-kernel timings of one GPU (NeuSight's "
+            "<op>.csv.gz folder) as calibration rows", model=False)
+    p.add_argument("src", help="one GPU's folder of <op>.csv.gz files")
+    p.add_argument("-o", "--out", required=True, help="e.g. data/calibration/external/T4.jsonl")
+    p.add_argument("--per-op", type=int, default=None, help="rows kept per op file (default: per-op quotas)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the deterministic sub-sample")
     p = add("validate", cmd_validate, "measure real runs on this GPU (see --help of gpuest.calibrate.validate)",
             model=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)

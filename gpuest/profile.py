@@ -103,6 +103,10 @@ class PowerFit:
     gap_w: float | None = None        # while the GPU waits for the host (clocks up, no kernel); None: static_w
 
 
+# Quantities a profile can predict: a profile fitted on timings alone (public kernel data) predicts "time".
+PREDICTS_ALL = ("time", "power")
+
+
 @dataclass(frozen=True)
 class Profile:
     gpu: str
@@ -129,11 +133,14 @@ class Profile:
     # None: the prior's.
     persistent_step_s: float | None = None
     spilled_step_s: float | None = None
+    predicts: tuple[str, ...] = PREDICTS_ALL    # which of PREDICTS_ALL its own measurements cover
     path: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("path")
+        if self.predicts == PREDICTS_ALL:
+            data.pop("predicts")  # profiles that predict everything stay as they were written before the field
         return {"schema": PROFILE_SCHEMA, **data}
 
     def save(self, path: str | Path) -> Path:
@@ -204,6 +211,12 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
     points = {key: _residual_points(value, len(features), f"{where}: residual_points[{key!r}]")
               for key, value in data.get("residual_points", {}).items()}
     _check_provenance(data, where)
+    predicts = tuple(data.get("predicts", PREDICTS_ALL))
+    if not predicts or not set(predicts) <= set(PREDICTS_ALL) or "time" not in predicts:
+        raise ProfileError(f"{where}: predicts {list(predicts)} must include 'time' and use only {list(PREDICTS_ALL)}")
+    if "power" in predicts and data.get("kind") == "measured" and power is None:
+        raise ProfileError(f"{where}: a measured profile that predicts power needs a power model; a time-only "
+                           "profile says predicts: ['time']")
     host = _need(data, "host_op_s", dict, where)
     if "default" not in host:
         raise ProfileError(f"{where}: host_op_s needs a 'default' entry")
@@ -216,7 +229,7 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
         host_only_op_s=float(_need(data, "host_only_op_s", num, where)),
         residual_features=features, residuals=residuals, power=power,
         provenance=data.get("provenance", {}), residual_points=points,
-        **{key: _optional_seconds(data, key, where) for key in OPTIONAL_SECONDS},
+        **{key: _optional_seconds(data, key, where) for key in OPTIONAL_SECONDS}, predicts=predicts,
     )
 
 

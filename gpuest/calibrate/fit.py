@@ -35,7 +35,7 @@ from gpuest.price.node_table import NodeTable
 from gpuest.price.power import dram_bytes, voltage_ratio
 from gpuest.price.profile_choice import roofline_profile
 from gpuest.price.features import RESIDUAL_FEATURES
-from gpuest.profile import (PROFILE_SCHEMA, PowerFit, Profile, ResidualFit, ResidualPoints,
+from gpuest.profile import (PREDICTS_ALL, PROFILE_SCHEMA, PowerFit, Profile, ResidualFit, ResidualPoints,
                                mode_key, prior_profile, profile_from_json)
 from gpuest.evaluate.accuracy import busy_spans_annotations, latest_per_config, trace_config, trace_key
 
@@ -248,7 +248,10 @@ def measured_device_s(row: dict[str, Any]) -> float:
     """The device time a row measured (s): its device-busy time where the runner recorded one (ops that
     launch from a host loop, whose elapsed time includes GPU idle gaps), else its CUDA-event time."""
     busy = row.get("busy_ms")
-    return (busy if isinstance(busy, (int, float)) and busy > 0 else row["time_ms_median"]) * 1e-3
+    if isinstance(busy, (int, float)) and busy > 0:
+        return busy * 1e-3
+    # Launch-inclusive timings of one call (imported public data) also hold the call's host dispatch.
+    return (row["time_ms_median"] - (row.get("host_overhead_ms") or 0.0)) * 1e-3
 
 
 @dataclass
@@ -682,7 +685,7 @@ def calibration_provenance(meta: dict[str, Any], rows: list[dict[str, Any]]) -> 
     prov = {"gpu_name": meta.get("gpu_name"), "driver_version": nvml.get("driver_version", meta.get("driver_version")),
             "cuda_version": meta.get("torch_cuda_version", meta.get("cuda_version")),
             "cudnn_version": meta.get("cudnn_version"), "torch_version": meta.get("torch_version"),
-            "measured_dates": f"{dates[0]}..{dates[-1]}" if dates else None,
+            "measured_dates": meta.get("measured_dates") or (f"{dates[0]}..{dates[-1]}" if dates else None),
             "calibration_commands": [s.get("command") for s in sessions if s.get("command")],
             "suite_version": suite_version(),
             "suite_share": round(len({r.get("name") for r in rows} & full) / len(full), 4)}
@@ -703,6 +706,9 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
     idle = raw.meta.get("idle_power_w")
     power = fit_power(rows, gpu, float(idle) if isinstance(idle, (int, float)) else gpu.idle_power_w,
                       prior.power.v_min_ratio if prior.power else 0.7)
+    # Data that never measured power (imported public timings) makes a time-only profile: the estimator then
+    # borrows a measured GPU's power model and says so, rather than passing the prior off as this GPU's.
+    time_only = not any(r.get("energy_j") or r.get("avg_power_w") for r in rows)
     provenance = calibration_provenance(raw.meta, rows)
     provenance.update(fitted_by=command or "gpuest fit", fitted_rows=len(rows),
                       nodes="retraced" if cal.retrace else "as stored at measurement", retraced_rows=retraced)
@@ -710,7 +716,8 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
                       graph_kernel_latency_s=min(prior.graph_kernel_latency_s, latency),
                       host_op_s=host, host_backward_factor=prior.host_backward_factor,
                       host_only_op_s=prior.host_only_op_s, residual_features=RESIDUAL_FEATURES,
-                      residuals=residuals, power=power or prior.power, provenance=provenance,
+                      residuals=residuals, power=None if time_only else power or prior.power,
+                      provenance=provenance, predicts=("time",) if time_only else PREDICTS_ALL,
                       residual_points=points, host_sync_s=cal.sync_s,
                       **(asdict(cal.steps) if cal.steps else {}))
     errs = holdout_errors(profile, samples, gpu)
@@ -719,7 +726,8 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
         e = errs.get(cat, [])
         with_holdout[cat] = replace(fit, holdout_median_ape=float(np.median(e)) if e else None,
                                     holdout_p90_ape=float(np.percentile(e, 90)) if e else None)
-    prov = dict(provenance, power_model="fitted" if power else "prior (too few reliable power windows)")
+    prov = dict(provenance, power_model="none (no power measured)" if time_only else
+                "fitted" if power else "prior (too few reliable power windows)")
     profile = Profile(**{**profile.__dict__, "residuals": with_holdout, "provenance": prov})
     if validation:
         profile, info = fit_host_and_gap(profile, validation, gpu)
@@ -755,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
     profile_from_json(json.loads(Path(args.out).read_text()))  # what we wrote must load back
     print(f"wrote {args.out}: {profile.gpu}, {len(profile.residuals)} residual fits, "
           f"kernel latency {profile.kernel_latency_s * 1e6:.2f} us, power model "
-          f"{'fitted' if profile.provenance.get('power_model') == 'fitted' else 'prior'}")
+          f"{profile.provenance.get('power_model')}")
     return 0
 
 

@@ -83,8 +83,12 @@ _NUMERIC_FIELDS: tuple[str, ...] = (
     "power_limit_max_w",
     "idle_power_w",
 )
+#: Microarchitecture facts (tensor-core generation, FP32 lanes per SM, DRAM type) every file states.
+MICROARCH_FIELDS: tuple[str, ...] = ("tensor_core_generation", "fp32_lanes_per_sm", "memory_type")
+#: DRAM technologies a file may name in ``memory_type``.
+MEMORY_TYPES: tuple[str, ...] = ("GDDR5", "GDDR5X", "GDDR6", "GDDR6X", "GDDR7", "HBM2", "HBM2e", "HBM3", "HBM3e")
 #: Fields that must have an entry in ``sources`` (every number in the file).
-SOURCED_FIELDS: tuple[str, ...] = ("compute_capability",) + _NUMERIC_FIELDS + ("peak_tflops",)
+SOURCED_FIELDS: tuple[str, ...] = ("compute_capability",) + _NUMERIC_FIELDS + ("peak_tflops",) + MICROARCH_FIELDS
 
 
 def _norm(name: str) -> str:
@@ -127,6 +131,10 @@ class GPUSpec:
     power_limit_min_w: float
     power_limit_max_w: float
     idle_power_w: float
+    # Tensor-core generation (1 Volta ... 5 Blackwell; None without tensor cores), FP32 lanes per SM, DRAM type.
+    tensor_core_generation: int | None = None
+    fp32_lanes_per_sm: int = 64
+    memory_type: str = ""
     # Device memory CUDA reports (torch.cuda.get_device_properties().total_memory), where measured.
     memory_total_bytes: int | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -302,6 +310,18 @@ def load_gpu_file(path: str | os.PathLike[str]) -> GPUSpec:
     if not isinstance(tensor_cores, bool):
         raise bad("tensor_cores", f"must be true or false; got {tensor_cores!r}")
 
+    gen = req("tensor_core_generation")
+    if gen is not None and (not isinstance(gen, int) or isinstance(gen, bool) or gen < 1):
+        raise bad("tensor_core_generation", f"must be a positive integer or null; got {gen!r}")
+    if (gen is None) == tensor_cores:
+        raise bad("tensor_core_generation", "must be null exactly when tensor_cores is false")
+    lanes = req("fp32_lanes_per_sm")
+    if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes <= 0:
+        raise bad("fp32_lanes_per_sm", f"must be a positive integer; got {lanes!r}")
+    memory_type = req("memory_type")
+    if memory_type not in MEMORY_TYPES:
+        raise bad("memory_type", f"must be one of {', '.join(MEMORY_TYPES)}; got {memory_type!r}")
+
     total = data.get("memory_total_bytes")
     if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total <= 0):
         raise bad("memory_total_bytes", f"must be a positive integer (bytes) when given; got {total!r}")
@@ -336,6 +356,9 @@ def load_gpu_file(path: str | os.PathLike[str]) -> GPUSpec:
         power_limit_min_w=float(nums["power_limit_min_w"]),
         power_limit_max_w=float(nums["power_limit_max_w"]),
         idle_power_w=float(nums["idle_power_w"]),
+        tensor_core_generation=gen,
+        fp32_lanes_per_sm=lanes,
+        memory_type=memory_type,
         memory_total_bytes=total,
         sources=MappingProxyType(dict(sources)),
         path=str(p),

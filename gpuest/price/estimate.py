@@ -247,6 +247,8 @@ def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = 
         warn_notes(notes)
     if choice.source != "measured":
         notes = [choice.note, *notes]
+    if choice.power_note:
+        notes.append(choice.power_note)
     if power is not None and len(table):
         for p, avg in _phase_power(table, times, power).items():
             clk = clocks[table.phase == p]

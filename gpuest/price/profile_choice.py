@@ -17,6 +17,7 @@ class ProfileChoice:
     profile: Profile
     source: str          # "measured" | "transferred" | "prior" | "roofline" | "user"
     note: str
+    power_note: str = ""  # where the power model comes from when the profile itself predicts time only
 
 
 def roofline_profile() -> Profile:
@@ -46,7 +47,33 @@ def _shipped_by_name(name: str) -> Profile | None:
         return None
 
 
+def with_power(choice: ProfileChoice) -> ProfileChoice:
+    """`choice` with a power model where its profile predicts time only (fitted on public timings): the
+    measured power model of the calibrated GPU nearest the profile's, scaled to the profile's GPU by dynamic
+    range (price.power.transfer_power), and a note saying so."""
+    prof = choice.profile
+    if "power" in prof.predicts or prof.power is not None:
+        return choice
+    from .power import transfer_power
+    measured = {n: p for n, p in shipped_profiles().items() if "power" in p.predicts and p.power is not None}
+    if not measured:
+        return replace(choice, power_note=f"the {prof.gpu} profile predicts time only and no calibrated GPU has a "
+                                          "power model: energy is not predicted")
+    own = get_gpu(prof.gpu)
+    donor = min(measured, key=lambda name: _arch_distance(own, get_gpu(name)))
+    power = transfer_power(measured[donor].power, get_gpu(donor), own)
+    return replace(choice, profile=replace(prof, power=power),
+                   power_note=f"the {prof.gpu} profile predicts time only: power and energy come from {donor}'s "
+                              f"measured power model scaled to {own.name} by TDP - idle")
+
+
 def choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) -> ProfileChoice:
+    """The profile that prices `gpu` (see _choose_profile for `profile`), with a borrowed power model where
+    that profile predicts time only (with_power)."""
+    return with_power(_choose_profile(gpu, profile))
+
+
+def _choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) -> ProfileChoice:
     """profile: None (automatic), a Profile, a path to a profile JSON, "prior", "roofline", or a catalogue
     GPU name or alias with a shipped profile ("H100": price with the H100's calibration). An existing file
     of that name stays a path."""
@@ -72,7 +99,11 @@ def choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) ->
     if gpu.name in measured:
         p = measured[gpu.name]
         return ProfileChoice(p, "measured", f"calibrated profile of {gpu.name}")
-    if measured:
+    # Automatic transfer draws on profiles measured with power and every math mode; a time-only profile of
+    # public fp32 kernels has no tensor-core data to lend (issue 27 leaves the all-GPU transfer to come).
+    full = {n: p for n, p in measured.items() if "power" in p.predicts}
+    if full:
+        measured = full
         nearest = min(measured, key=lambda name: _arch_distance(gpu, get_gpu(name)))
         return ProfileChoice(measured[nearest], "transferred",
                              f"no calibration for {gpu.name}: efficiencies transferred from {nearest} "
