@@ -131,6 +131,12 @@ class OpCall:
     args: tuple
     kwargs: dict
     out: Any
+    # The values a fake argument stands for where the trace knows them (routing indices, counts, offsets).
+    value_of: Callable[[Any], "torch.Tensor | None"] | None = None
+
+    def known_value(self, t: Any) -> "torch.Tensor | None":
+        """Values of tensor `t` if the trace determined them (capture.routing), else None."""
+        return self.value_of(t) if self.value_of is not None and t is not None else None
 
     @property
     def inputs(self) -> list[torch.Tensor]:
