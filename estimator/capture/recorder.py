@@ -113,7 +113,7 @@ class OpRecorder(TorchDispatchMode):
         out = self.run_op(func, args, kwargs)
         self.storages.drain(self.memory_events())
         if func.namespace not in IGNORED_NAMESPACES:
-            call = OpCall(func, args, kwargs, out, self.run_op.value_of)
+            call = OpCall(func, args, kwargs, out, self.run_op.numpy_of)
             for copy in REGISTRY.staged_copies(call):
                 self._record(copy, staged_for=str(func))
             self._record(call)
@@ -256,7 +256,7 @@ class OpRecorder(TorchDispatchMode):
             "bytes_read": float(cost.bytes_read),
             "bytes_written": float(cost.bytes_written),
             "gemm_m": cost.gemm_mnk[0], "gemm_n": cost.gemm_mnk[1], "gemm_k": cost.gemm_mnk[2],
-            "gemm_batch": cost.gemm_batch,
+            "gemm_batch": cost.gemm_batch, "gemm_m_max": cost.gemm_m_max,
             "row_count": cost.rows, "row_len": cost.row_len, "row_segment": cost.row_segment,
             "flops_skipped": float(cost.flops_skipped),
             "permuted": bool(cost.permuted),

@@ -236,6 +236,14 @@ class RoutingValues:
         """The values a fake tensor stands for, if the routing assumption determines them."""
         return self.values.get(t) if isinstance(t, torch.Tensor) else None
 
+    def numpy_of(self, t: Any) -> np.ndarray | None:
+        """value_of(t) as a numpy array (what cost formulas read: OpCall.known_value)."""
+        value = self.value_of(t)
+        if value is None:
+            return None
+        with unset_fake_temporarily():
+            return value.detach().to(torch.float64 if value.is_floating_point() else torch.int64).numpy().copy()
+
     def __call__(self, func: Any, args: tuple, kwargs: dict) -> Any:
         inputs = _tensors((args, kwargs))
         if inputs:
@@ -328,5 +336,6 @@ class FormatKnownScalars(TorchFunctionMode):
         if func is torch.Tensor.__format__ and args and isinstance(args[0], torch.Tensor) and args[0].dim() == 0:
             value = self.values.value_of(args[0])
             if value is not None:
-                return format(value.item(), *args[1:])
+                with unset_fake_temporarily():
+                    return format(value.item(), *args[1:])
         return func(*args, **kwargs)
