@@ -160,8 +160,7 @@ def test_explicit_fractions_route_tokens_as_given():
 
 
 @pytest.mark.parametrize("kind", ["qwen2_moe", "qwen3_moe", "olmoe", "gpt_oss"])
-@pytest.mark.parametrize("mode, precision, impl", [("inference", "fp32", "grouped_mm"),
-                                                   ("training", "bf16", "grouped_mm"),
+@pytest.mark.parametrize("mode, precision, impl", [("training", "bf16", "grouped_mm"),
                                                    ("inference", "bf16-mixed", "eager")])
 def test_other_moe_families_trace_with_every_expert_routed(kind, mode, precision, impl):
     g = trace(build(kind, impl), inputs(), mode=mode, precision=precision)
@@ -232,3 +231,14 @@ def test_shipped_moe_configs_build(spec, experts, top_k, impl):
 def test_cli_rejects_bad_routing(capsys):
     assert main(["estimate", "hf:mixtral-0.6b", "--gpu", "H100", "--seq", "8", "--routing", "0.5,0.6"]) == 2
     assert "sum to 1" in capsys.readouterr().err
+
+
+def test_moe_validation_set_has_a_frozen_seeded_test_share():
+    from calibration.validation_set import MOE_TEST_KEYS, draw_moe_test_split, get_set
+    configs = get_set("moe")
+    assert tuple(MOE_TEST_KEYS) == draw_moe_test_split()
+    assert {c.key for c in configs if c.split == "test"} == set(MOE_TEST_KEYS)
+    for mode in ("inference", "training"):
+        assert len({c.model for c in configs if c.mode == mode}) >= 3
+    assert all(c.model[3:] in {s[3:] for s in __import__("estimator.capture.models", fromlist=["list_models"])
+                               .list_models("hf")} for c in configs)
