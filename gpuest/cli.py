@@ -22,6 +22,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train", action="store_true", help="a full training step (forward, backward, AdamW)")
     p.add_argument("--precision", default="fp32", help="fp32 | bf16-mixed | fp16-mixed | bf16 | fp16")
     p.add_argument("--optimizer", default="adamw", help="adamw | sgd (training only)")
+    p.add_argument("--routing", default="balanced",
+                   help="mixture-of-experts routing: balanced (default) | skewed:H (the hottest expert's share H "
+                        "of the routed slots) | f1,f2,... (one share per expert, summing to 1)")
 
 
 def _graph(args: argparse.Namespace):
@@ -31,7 +34,8 @@ def _graph(args: argparse.Namespace):
         raise ValueError(f"--batch must be >= 1, got {args.batch}")
     loaded = load_model(args.model, batch=args.batch, seq=args.seq, image_size=args.image_size)
     return trace(loaded.model, loaded.example_inputs, mode="training" if args.train else "inference",
-                 precision=args.precision, optimizer=args.optimizer, name=loaded.name, batch=loaded.batch)
+                 precision=args.precision, optimizer=args.optimizer, name=loaded.name, batch=loaded.batch,
+                 routing=getattr(args, "routing", "balanced"))
 
 
 def _parse_range(text: str) -> list[float]:

@@ -45,3 +45,8 @@ class MeasuredDataError(ProfileError):
 class GenerationError(GpuestError, ValueError):
     """A generation estimate was asked of a model that cannot generate with a KV cache (not a decoder LM,
     no cache), or for more tokens than its position embeddings cover."""
+
+
+class RoutingError(GpuestError, ValueError):
+    """A mixture-of-experts routing assumption is malformed (shares that do not sum to 1, a share count
+    that differs from the model's experts, a hot share outside (0, 1)) or cannot hold for the model."""

@@ -799,3 +799,6 @@ mark_free(*iter_ops([
 ]))
 # Splits that alias their input without view tracking (GRU/LSTM cells on the CPU use them): no kernel.
 mark_free(*iter_ops(["unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk"]))
+
+
+from . import moe_formulas  # noqa: E402,F401  (registers grouped-GEMM and routing formulas in REGISTRY)

@@ -33,6 +33,8 @@ class Cost:
     bytes_read / bytes_written: DRAM traffic assuming each tensor is touched once.
     gemm_mnk: the implicit GEMM (M, N, K) for matmul-like ops, (0, 0, 0) otherwise.
     gemm_batch: independent GEMMs of that shape (batch / groups).
+    gemm_m_max: for a grouped GEMM (mixture-of-experts experts), the rows of its largest group (the
+        hottest expert's tokens), where gemm_mnk holds the mean group; 0 for any other op.
     row_count / row_len: for row-wise ops (norms, softmax, reductions) the independent rows a kernel reduces
         and the elements in each; 0 otherwise. How a row-wise kernel spreads over the GPU (and how much
         fixed work each row costs) depends on these, not on the total bytes alone.
@@ -95,6 +97,7 @@ class Cost:
     category: str
     gemm_mnk: tuple[int, int, int] = (0, 0, 0)
     gemm_batch: int = 1
+    gemm_m_max: int = 0
     row_count: int = 0
     row_len: int = 0
     row_segment: int = 0
@@ -154,6 +157,12 @@ class OpCall:
     args: tuple
     kwargs: dict
     out: Any
+    # The values a fake argument stands for where the trace knows them (routing indices, counts, offsets).
+    value_of: Callable[[Any], "np.ndarray | None"] | None = None
+
+    def known_value(self, t: Any) -> "np.ndarray | None":
+        """Values of tensor `t` if the trace determined them (capture.routing), else None."""
+        return self.value_of(t) if self.value_of is not None and t is not None else None
 
     @property
     def inputs(self) -> list[torch.Tensor]:

@@ -691,7 +691,7 @@ def build_configs(args: argparse.Namespace) -> tuple[list[ValidationConfig], str
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m gpuest.calibrate.validate",
                                 description="Measure the validation set on this GPU (one JSONL row per config).")
-    p.add_argument("--set", choices=["quick", "full", "dry", "host", "generalisation"], help="predefined set (default quick; dry with --dry-run)")
+    p.add_argument("--set", choices=["quick", "full", "dry", "host", "generalisation", "moe"], help="predefined set (default quick; dry with --dry-run)")
     p.add_argument("--models", help="comma-separated model specs (instead of --set)")
     p.add_argument("--batch", help="comma-separated batch sizes (default: each model's small and large batch)")
     p.add_argument("--modes", help="comma-separated: inference,training (default both)")

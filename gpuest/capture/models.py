@@ -296,6 +296,7 @@ def _load_hf(name: str, batch: int, seq: int | None, device: torch.device) -> Lo
     fields = {k: v for k, v in fields.items() if not k.startswith("_")}
     model_type = fields.pop("model_type")
     auto_class = fields.pop("auto_class", "AutoModelForCausalLM")
+    attention = fields.pop("attn_implementation", "sdpa")   # eager for architectures without an SDPA path
     if auto_class not in HF_AUTO_CLASSES:
         raise ModelSpecError(f"hf config {name!r}: auto_class {auto_class!r} not accepted; "
                              f"accepted: {', '.join(HF_AUTO_CLASSES)}")
@@ -308,7 +309,7 @@ def _load_hf(name: str, batch: int, seq: int | None, device: torch.device) -> Lo
     if max_pos is not None and seq > max_pos:
         raise ModelSpecError(f"seq {seq} exceeds hf:{canonical}'s max_position_embeddings {max_pos}")
     cls = getattr(transformers, auto_class)
-    model = _construct(lambda: cls.from_config(config, attn_implementation="sdpa"), device)
+    model = _construct(lambda: cls.from_config(config, attn_implementation=attention), device)
     _hf_mask_as_on_device(model)
     ids = _ids(batch, seq, int(config.vocab_size), device)
     return LoadedModel(name="hf:" + canonical, family="transformer", model=model,

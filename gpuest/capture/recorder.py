@@ -20,7 +20,9 @@ from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
 from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, is_channels_last, node_attrs,
                                  storage_key, tensor_bytes, tensors, unique_bytes)
 from .cuda_autocast import call_with_cuda_policy
+from .grouped_mm import FAKE_SUBSTITUTES
 from .normalize import cuda_op_name
+from .routing import RoutingAssumption, RoutingValues
 from .storage_events import StorageEvents
 
 # Dispatcher namespaces that carry no device work (device queries, profiler markers).
@@ -81,8 +83,10 @@ class OpRecorder(TorchDispatchMode):
     """Records ops into `nodes`; `phase` is set by the driver around forward/loss/backward/step."""
 
     def __init__(self, tracker: ModuleTracker, modules_by_name: dict[str, torch.nn.Module],
-                 root_name: str, tf32: TF32Policy) -> None:
+                 root_name: str, tf32: TF32Policy, run_op: RoutingValues | None = None) -> None:
         super().__init__()
+        # Runs each op: on fake tensors, and on routing values where it has them (routing.RoutingValues).
+        self.run_op = run_op or RoutingValues(RoutingAssumption(), FAKE_SUBSTITUTES)
         self.tracker = tracker
         self.modules_by_name = modules_by_name
         self.root_prefix = root_name + "."
@@ -106,10 +110,10 @@ class OpRecorder(TorchDispatchMode):
     # ------------------------------------------------------------------ dispatch
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        out = self.run_op(func, args, kwargs)
         self.storages.drain(self.memory_events())
         if func.namespace not in IGNORED_NAMESPACES:
-            call = OpCall(func, args, kwargs, out)
+            call = OpCall(func, args, kwargs, out, self.run_op.numpy_of)
             for copy in REGISTRY.staged_copies(call):
                 self._record(copy, staged_for=str(func))
             self._record(call)

@@ -13,9 +13,11 @@ from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.module_tracker import ModuleTracker
 
 from ..annotate.math_mode import TF32Policy
-from ..errors import TraceError
+from ..errors import GpuestError, TraceError
 from .fake_inputs import fake_inputs
+from .grouped_mm import FAKE_SUBSTITUTES
 from .recorder import CudaFunctionPaths, OpRecorder
+from .routing import FormatKnownScalars, RoutingAssumption, RoutingValues, parse_routing
 from .storage_events import HOST
 
 MODES = ("inference", "training")
@@ -59,7 +61,8 @@ def _fake_like(t: torch.Tensor, dtype: torch.dtype | None, requires_grad: bool =
 
 def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference", precision: str = "fp32",
           optimizer: str | None = "adamw", loss_fn: Callable[[Any], torch.Tensor] | None = None,
-          name: str | None = None, batch: int | None = None) -> nx.DiGraph:
+          name: str | None = None, batch: int | None = None,
+          routing: "str | Sequence[float] | RoutingAssumption | None" = "balanced") -> nx.DiGraph:
     """Capture `model` at ATen level into an annotated `networkx.DiGraph` without running it.
 
     mode: "inference" (eval, no autograd) or "training" (forward, loss, backward, optimizer step).
@@ -68,8 +71,12 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
         reachable from them (real, meta or fake: only shapes, strides and dtypes are used) becomes a fake
         one, also inside nested containers, dataclasses and objects such as a transformers `Cache`
         (`fake_inputs`); floating-point ones take the weight dtype of bf16/fp16.
+    routing: how mixture-of-experts layers spread tokens over experts, which decides every shape that
+        depends on routing values (`capture.routing`): "balanced" (default), "skewed:H" (the hottest
+        expert's share H of the routed slots) or per-expert shares summing to 1. Recorded in the graph.
     Nodes carry FLOPs, bytes read/written, category, phase, module, shapes, dtype and math mode.
     """
+    assumption = parse_routing(routing)
     _check_choice(mode, MODES, "mode")
     _check_choice(precision, list(PRECISIONS), "precision")
     if mode == "training" and optimizer is not None:
@@ -82,7 +89,8 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
     root = type(model).__name__
     modules = {n: m for n, m in model.named_modules()}
     tracker = ModuleTracker()
-    recorder = OpRecorder(tracker, modules, root, tf32)
+    run_op = RoutingValues(assumption, FAKE_SUBSTITUTES)
+    recorder = OpRecorder(tracker, modules, root, tf32, run_op)
     was_training = model.training
     fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
     try:
@@ -134,12 +142,12 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
             try:
                 hook = torch.nn.modules.module.register_module_forward_pre_hook(recorder.count_module_call)
                 try:
-                    with tracker, recorder, CudaFunctionPaths(TRACE_DEVICE):
+                    with tracker, recorder, CudaFunctionPaths(TRACE_DEVICE), FormatKnownScalars(run_op):
                         step(recorder)
                 finally:
                     hook.remove()
                 recorder.storages.drain(recorder.memory_events())   # what the step's return let go
-            except TraceError:
+            except GpuestError:   # already says what was wrong (a routing assumption that cannot hold)
                 raise
             except Exception as exc:  # any failure inside the user's model: say where it happened
                 where = recorder.current_module() or "<top level>"
@@ -155,7 +163,8 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
     gradients = recorder.storages.sids(p.grad for p in {id(p): p for p in params.values()}.values()
                                        if p.grad is not None)
     return _to_graph(recorder, name=name or root, mode=mode, precision=precision, batch=batch,
-                     optimizer=optimizer if training else None, tf32=tf32, gradients=gradients)
+                     optimizer=optimizer if training else None, tf32=tf32, gradients=gradients,
+                     routing=run_op)
 
 
 def _register_persistent(recorder: OpRecorder, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
@@ -186,7 +195,8 @@ def _make_optimizer(params: dict[str, torch.Tensor], name: str | None) -> torch.
 
 
 def _to_graph(recorder: OpRecorder, *, name: str, mode: str, precision: str, batch: int | None,
-              optimizer: str | None, tf32: TF32Policy, gradients: list[int]) -> nx.DiGraph:
+              optimizer: str | None, tf32: TF32Policy, gradients: list[int],
+              routing: RoutingValues) -> nx.DiGraph:
     graph = nx.DiGraph()
     unsupported: Counter[str] = Counter()
     for i, node in enumerate(recorder.nodes):
@@ -212,6 +222,9 @@ def _to_graph(recorder: OpRecorder, *, name: str, mode: str, precision: str, bat
         # it, and the ids of the gradients it leaves, which the next step's zero_grad frees.
         memory_persistent=json.dumps([list(p) for p in recorder.storages.persistent]),
         memory_gradients=json.dumps(gradients),
+        # The routing assumption, and each routing decision it gave values to (empty for a dense model).
+        routing=routing.assumption.describe(),
+        routing_decisions=json.dumps([d.as_dict() for d in routing.decisions]),
     )
     return graph
 
@@ -219,3 +232,8 @@ def _to_graph(recorder: OpRecorder, *, name: str, mode: str, precision: str, bat
 def unsupported_ops(graph: nx.DiGraph) -> dict[str, int]:
     """Op name -> count of nodes priced by bytes only because no formula exists."""
     return json.loads(graph.graph.get("unsupported_ops", "{}"))
+
+
+def routing_decisions(graph: nx.DiGraph) -> list[dict[str, Any]]:
+    """The routing decisions of a mixture-of-experts trace: op, tokens, experts, top_k, tokens_per_expert."""
+    return json.loads(graph.graph.get("routing_decisions", "[]"))

@@ -254,7 +254,53 @@ def generalisation_set() -> list[ValidationConfig]:
     return out
 
 
-SETS = {"quick": quick_set, "full": full_set, "dry": dry_set, "host": host_set, "generalisation": generalisation_set}
+# ------------------------------------------------------------------ mixture-of-experts set
+# Scaled-down Mixtral / Qwen2-MoE / Qwen3-MoE / OLMoE / GPT-OSS (gpuest/capture/hf_configs), both of
+# transformers' expert paths (grouped GEMM; the eager per-expert loop) and both grouped-GEMM kernels on CUDA
+# (bf16: one CUTLASS launch; fp32 / autocast: a per-group loop). Predictions assume balanced routing; random
+# weights route unevenly, which the measured rows carry as a bias of that assumption. Append only.
+_MOE: list[tuple[str, int, int, str, str]] = [
+    # spec,                   batch, seq,  mode,        precision
+    ("hf:mixtral-0.6b",        8,    1024, "inference", "bf16"),
+    ("hf:mixtral-0.6b",        4,    1024, "training",  "bf16-mixed"),
+    ("hf:mixtral-0.6b-eager",  4,    512,  "inference", "bf16"),
+    ("hf:mixtral-0.6b-eager",  2,    512,  "training",  "bf16-mixed"),
+    ("hf:qwen3-moe-0.7b",      8,    1024, "inference", "bf16"),
+    ("hf:qwen3-moe-0.7b",      4,    1024, "training",  "bf16"),
+    ("hf:qwen2-moe-0.5b",      4,    512,  "inference", "fp32"),
+    ("hf:qwen2-moe-0.5b",      4,    1024, "training",  "bf16-mixed"),
+    ("hf:olmoe-0.9b",          8,    1024, "inference", "bf16"),
+    ("hf:olmoe-0.9b",          2,    1024, "training",  "bf16-mixed"),
+    ("hf:gpt-oss-0.5b",        4,    1024, "inference", "bf16"),
+    ("hf:gpt-oss-0.5b",        2,    1024, "training",  "bf16"),
+]
+# The frozen test share of the MoE set, drawn (by config key) before any of it was measured:
+# random.Random(MOE_TEST_SEED).sample of a third of its configs. Never fit, tune or choose anything on them.
+MOE_TEST_SEED = 20261126
+MOE_TEST_KEYS = ("hf:gpt-oss-0.5b|b2|s1024|training|bf16", "hf:mixtral-0.6b|b4|s1024|training|bf16-mixed",
+                 "hf:mixtral-0.6b|b8|s1024|inference|bf16", "hf:qwen2-moe-0.5b|b4|s1024|training|bf16-mixed")
+
+
+def _moe_configs() -> list[ValidationConfig]:
+    return [ValidationConfig(model=spec, family="moe", batch=batch, mode=mode, precision=precision, seq=seq)
+            for spec, batch, seq, mode, precision in _MOE]
+
+
+def draw_moe_test_split() -> tuple[str, ...]:
+    """The seeded draw MOE_TEST_KEYS holds (a test checks they agree)."""
+    import math
+    import random
+    keys = [c.key for c in _moe_configs()]
+    return tuple(sorted(random.Random(MOE_TEST_SEED).sample(keys, math.ceil(len(keys) / 3))))
+
+
+def moe_set() -> list[ValidationConfig]:
+    """The mixture-of-experts configs, test-share configs marked `split="test"`."""
+    return [replace(c, split="test" if c.key in MOE_TEST_KEYS else "") for c in _moe_configs()]
+
+
+SETS = {"quick": quick_set, "full": full_set, "dry": dry_set, "host": host_set, "generalisation": generalisation_set,
+        "moe": moe_set}
 
 
 def get_set(name: str) -> list[ValidationConfig]:

@@ -12,6 +12,7 @@ import pandas as pd
 import torch
 
 from ..catalog import GPUSpec, get_gpu
+from ..capture.trace import routing_decisions
 from ..capture.trace import unsupported_ops as graph_unsupported_ops
 from .memory.peak import MemoryEstimate, has_memory_facts, memory_estimate
 from .device_time import Z90, DeviceTimes, device_times, warn_notes
@@ -55,6 +56,7 @@ class Estimate:
     notes: list[str] = field(default_factory=list)
     phase_clocks_mhz: dict[str, float] = field(default_factory=dict)
     memory: MemoryEstimate | None = None   # None for a graph traced without storage events
+    routing: str = ""                # the mixture-of-experts routing assumption ("" for a model without routing)
     _graph: nx.DiGraph | None = field(default=None, repr=False)
 
     @property
@@ -137,7 +139,7 @@ class Estimate:
     def to_dict(self) -> dict[str, Any]:
         """Summary, notes, breakdowns and per-node rows as plain JSON-ready data."""
         data = self.summary()
-        data.update(notes=list(self.notes), phase_clocks_mhz=self.phase_clocks_mhz,
+        data.update(notes=list(self.notes), phase_clocks_mhz=self.phase_clocks_mhz, routing=self.routing,
                     unsupported_ops=self.unsupported_ops(),
                     by_category=json.loads(self.by_category().to_json(orient="index")),
                     hot_ops=json.loads(self.hot_ops(10).to_json(orient="records")),
@@ -264,6 +266,10 @@ def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = 
     elif not memory.fits:
         notes.append(f"out of memory: the step needs {memory.peak_reserved_bytes / 1e9:.3g} GB of the "
                      f"{memory.capacity_bytes / 1e9:.3g} GB {spec.name} leaves PyTorch; it cannot run there")
+    decisions = routing_decisions(graph)
+    routing = str(graph.graph.get("routing", "balanced")) if decisions else ""
+    if decisions:
+        notes.append(routing_note(routing, decisions))
     unsupported = graph_unsupported_ops(graph)
     if unsupported:
         notes.append(f"{sum(unsupported.values())} ops have no cost formula and were priced by their bytes: "
@@ -317,7 +323,17 @@ def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = 
         device_time_s=device_total, host_time_s=timeline.host_total_s,
         bound=_overall_bound(times, timeline) if n else "none",
         energy_j=energy, avg_power_w=energy / wall if wall > 0 else float("nan"),
-        per_node=per_node, notes=notes, phase_clocks_mhz=phase_clocks, memory=memory, _graph=graph)
+        per_node=per_node, notes=notes, phase_clocks_mhz=phase_clocks, memory=memory, routing=routing,
+        _graph=graph)
+
+
+def routing_note(routing: str, decisions: list[dict[str, Any]]) -> str:
+    """One line saying which expert routing the estimate assumed, and what it gave the first layer."""
+    first = decisions[0]
+    counts = first["tokens_per_expert"]
+    return (f"mixture-of-experts routing assumed {routing} (--routing): {len(decisions)} routing decisions; the "
+            f"first sends {first['tokens']} tokens x top-{first['top_k']} over {first['experts']} experts, "
+            f"{min(counts)}-{max(counts)} token slots each; measured routing of real weights differs")
 
 
 def estimate(graph_or_model: nx.DiGraph | torch.nn.Module | str, gpu: str | GPUSpec, clock: float | None = None,
