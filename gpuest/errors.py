@@ -50,3 +50,8 @@ class GenerationError(GpuestError, ValueError):
 class RoutingError(GpuestError, ValueError):
     """A mixture-of-experts routing assumption is malformed (shares that do not sum to 1, a share count
     that differs from the model's experts, a hot share outside (0, 1)) or cannot hold for the model."""
+
+
+class OpArgumentError(GpuestError, ValueError):
+    """A cost formula asked an ATen op for an argument its schema does not declare (a renamed argument, or
+    a formula registered for an op it does not fit)."""

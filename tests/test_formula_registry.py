@@ -47,3 +47,23 @@ def test_the_decision_log_matches_the_code():
     from gpuest.report.decisions import render
     committed = (Path(__file__).resolve().parents[1] / "docs/DECISIONS.md").read_text()
     assert committed == render(), "docs/DECISIONS.md is stale: python3 -m gpuest.report.decisions -o docs/DECISIONS.md"
+
+
+def test_formulas_read_arguments_by_schema_name():
+    """OpCall.arg finds an argument wherever the call put it, falls back to the schema's default for one the
+    dispatcher dropped (it omits trailing defaults), and refuses a name the schema lacks."""
+    from gpuest.annotate.registry import OpCall
+    from gpuest.errors import OpArgumentError
+    x = torch.empty(2, 3)
+    roll = torch.ops.aten.roll.default
+    assert OpCall(roll, (x, [1], [0]), {}, x).arg("dims") == [0]
+    assert OpCall(roll, (x, [1]), {}, x).arg("dims") == []              # int[1] dims=[]
+    assert OpCall(roll, (x, [1]), {}, x).arg("dims", default=None) is None
+    topk = torch.ops.aten.topk.default
+    assert OpCall(topk, (x, 2), {"largest": False}, None).arg("largest") is False
+    call = OpCall(roll, (x,), {}, x)
+    with pytest.raises(OpArgumentError, match="required argument 'shifts'"):
+        call.arg("shifts")
+    with pytest.raises(OpArgumentError, match="no argument 'dimz'.*self, shifts, dims"):
+        call.arg("dimz")
+    assert call.has_arg("dims") and not call.has_arg("dimz")

@@ -17,7 +17,7 @@ from torch.utils.flop_counter import conv_flop_count, flop_registry
 
 from .registry import (
     REGISTRY, Cost, OpCall, by_category, expanded_run, generic_cost, is_channels_last, iter_ops, mark_free,
-    reduced_rows, register_cost, tensors, unique_bytes,
+    reduced_rows, register_cost, schema_arg, tensors, unique_bytes,
 )
 
 aten = torch.ops.aten
@@ -43,31 +43,31 @@ def _with_gemm(call: OpCall, category: str, flops: float, mnk: tuple[int, int, i
 
 @register_cost(aten.mm)
 def _mm(call: OpCall) -> Cost:
-    (m, k), (_, n) = _shape(call.args[0]), _shape(call.args[1])
+    (m, k), (_, n) = _shape(call.arg("self")), _shape(call.arg("mat2"))
     return _with_gemm(call, "matmul", torch_flops(call), (m, n, k))
 
 
 @register_cost(aten.addmm)
 def _addmm(call: OpCall) -> Cost:
-    (m, k), (_, n) = _shape(call.args[1]), _shape(call.args[2])
+    (m, k), (_, n) = _shape(call.arg("mat1")), _shape(call.arg("mat2"))
     return _with_gemm(call, "matmul", torch_flops(call), (m, n, k))
 
 
 @register_cost(aten.bmm)
 def _bmm(call: OpCall) -> Cost:
-    (b, m, k), (_, _, n) = _shape(call.args[0]), _shape(call.args[1])
+    (b, m, k), (_, _, n) = _shape(call.arg("self")), _shape(call.arg("mat2"))
     return _with_gemm(call, "matmul", torch_flops(call), (m, n, k), b)
 
 
 @register_cost(aten.baddbmm)
 def _baddbmm(call: OpCall) -> Cost:
-    (b, m, k), (_, _, n) = _shape(call.args[1]), _shape(call.args[2])
+    (b, m, k), (_, _, n) = _shape(call.arg("batch1")), _shape(call.arg("batch2"))
     return _with_gemm(call, "matmul", torch_flops(call), (m, n, k), b)
 
 
 @register_cost(*iter_ops(["_scaled_mm"]))
 def _scaled_mm(call: OpCall) -> Cost:
-    (m, k), (_, n) = _shape(call.args[0]), _shape(call.args[1])
+    (m, k), (_, n) = _shape(call.arg("self")), _shape(call.arg("mat2"))
     return _with_gemm(call, "matmul", torch_flops(call), (m, n, k))
 
 
@@ -87,11 +87,10 @@ def _conv_gemm(x: tuple, w: tuple, y: tuple, groups: int, transposed: bool) -> t
 
 @register_cost(aten.convolution, aten._convolution, *iter_ops(["cudnn_convolution", "convolution_overrideable"]))
 def _convolution(call: OpCall) -> Cost:
-    x, w = call.args[0], call.args[1]
-    transposed = bool(call.args[6]) if len(call.args) > 6 and isinstance(call.args[6], bool) else False
-    groups = int(call.args[-1]) if isinstance(call.args[-1], int) else 1
-    if call.func.overloadpacket is aten._convolution:
-        groups = int(call.args[8])
+    # cudnn_convolution has no `transposed` (cudnn_convolution_transpose is an op of its own).
+    x, w = call.first_arg, call.arg("weight")
+    transposed = bool(call.arg("transposed")) if call.has_arg("transposed") else False
+    groups = int(call.arg("groups"))
     y = _shape(tensors(call.out)[0])
     mnk, g = _conv_gemm(_shape(x), _shape(w), y, groups, transposed)
     return replace(_with_gemm(call, "conv", torch_flops(call), mnk, g), window=math.prod(_shape(w)[2:]),
@@ -117,11 +116,9 @@ def _gemm_plane(x: tuple, w: tuple, y: tuple, groups: int) -> int:
 
 @register_cost(aten.convolution_backward)
 def _convolution_backward(call: OpCall) -> Cost:
-    # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
-    #  output_mask)
-    grad_out, x, w = call.args[0], call.args[1], call.args[2]
-    transposed, groups = bool(call.args[7]), int(call.args[9])
-    mask = call.args[10]
+    grad_out, x, w = call.arg("grad_output"), call.arg("input"), call.arg("weight")
+    transposed, groups = bool(call.arg("transposed")), int(call.arg("groups"))
+    mask = call.arg("output_mask")
     mnk, g = _conv_gemm(_shape(x), _shape(w), _shape(grad_out), groups, transposed)
     window = math.prod(_shape(w)[2:])
     # Data gradient: M = N*spatial_in, N = Cin/g, K = Cout/g*kernel. Use it as the representative GEMM.
@@ -176,22 +173,13 @@ CPU_ATTENTION = {
 ATTENTION_TILE = 128  # query/key block edge of the flash and memory-efficient kernels
 
 
-def _named_arg(call: OpCall, name: str, default: Any = None) -> Any:
-    """An argument of the call by its schema name (positions differ between the attention kernels)."""
-    for i, arg in enumerate(call.func._schema.arguments):
-        if arg.name == name:
-            if i < len(call.args) and not arg.kwarg_only:
-                return call.args[i]
-            return call.kwargs.get(name, default)
-    return default
-
-
 def causal_mask_kind(call: OpCall) -> int:
     """0: no causal mask; 1: causal, aligned top-left (torch's is_causal); 2: aligned bottom-right
     (the memory-efficient kernel's custom_mask_type 2)."""
-    if _named_arg(call, "is_causal", False) is True:
+    # The memory-efficient kernels take a custom_mask_type where the others take is_causal.
+    if call.has_arg("is_causal") and call.arg("is_causal", default=False) is True:
         return 1
-    kind = _named_arg(call, "custom_mask_type", 0)
+    kind = call.arg("custom_mask_type", default=0) if call.has_arg("custom_mask_type") else 0
     return int(kind) if isinstance(kind, int) and kind in (1, 2) else 0
 
 
@@ -210,7 +198,7 @@ def causal_kept_fraction(s_q: int, s_k: int, kind: int) -> float:
 
 
 def _attention(call: OpCall, packet: Any, backward: bool) -> Cost:
-    q, k = call.args[1 if backward else 0], call.args[2 if backward else 1]
+    q, k = call.arg("query"), call.arg("key")
     *lead, s_q, d = _shape(q)
     s_k = _shape(k)[-2]
     flops = torch_flops(call, packet)
@@ -246,8 +234,8 @@ def _mha_parts(q: Any, k: Any, embed_dim: int) -> tuple[int, int, int, int]:
 
 @register_cost(*iter_ops(["_native_multi_head_attention"]))
 def _native_mha(call: OpCall) -> Cost:
-    q, k = call.args[0], call.args[1]
-    b, s_q, s_k, e = _mha_parts(q, k, call.args[3])
+    q, k = call.arg("query"), call.arg("key")
+    b, s_q, s_k, e = _mha_parts(q, k, call.arg("embed_dim"))
     proj = 2.0 * b * e * e * (s_q + 2 * s_k) + 2.0 * b * s_q * e * e  # q, k, v and output projections
     attn = 4.0 * b * s_q * s_k * e  # QK^T and PV over all heads
     base = generic_cost(call, category="attention")
@@ -258,9 +246,9 @@ def _native_mha(call: OpCall) -> Cost:
 
 @register_cost(*iter_ops(["_transformer_encoder_layer_fwd"]))
 def _transformer_layer_fast(call: OpCall) -> Cost:
-    src = call.args[0]
-    b, s, _, e = _mha_parts(src, src, call.args[1])
-    ffn = _shape(call.args[14])[0]
+    src = call.arg("src")
+    b, s, _, e = _mha_parts(src, src, call.arg("embed_dim"))
+    ffn = _shape(call.arg("ffn_weight_1"))[0]
     flops = 2.0 * b * s * e * 3 * e + 4.0 * b * s * s * e + 2.0 * b * s * e * e + 4.0 * b * s * e * ffn
     base = generic_cost(call, category="attention")
     extra = (b * s * (3 * e + e + e + ffn + e)) * 2.0 * src.element_size()
@@ -388,11 +376,11 @@ def cudnn_rnn_work(gates: int, steps: int, batch: int, in_size: int, hidden: int
 
 @register_cost(*iter_ops(["mkldnn_rnn_layer"]))
 def _rnn_layer(call: OpCall) -> Cost:
-    x, w_ih = call.args[0], call.args[1]
-    hidden = int(call.args[10])
+    x, w_ih = call.arg("input"), call.arg("weight0")
+    hidden = int(call.arg("hidden_size"))
     # ATen hands the layer a time-major input whatever the module's batch_first flag says.
     steps, batch = _shape(x)[:2]
-    gates = RNN_GATES.get(int(call.args[9]), 4)
+    gates = RNN_GATES.get(int(call.arg("mode")), 4)
     work = cudnn_rnn_work(gates, steps, batch, _shape(w_ih)[1], hidden, element_bytes=w_ih.element_size())
     # The time steps run one after another, each a recurrent GEMM and a pointwise gate kernel (cuDNN,
     # data/kernels/): one step's GEMM is all the GPU has to fill its SMs with, hence gemm batch 1.
@@ -403,8 +391,8 @@ def _rnn_layer(call: OpCall) -> Cost:
 
 @register_cost(*iter_ops(["mkldnn_rnn_layer_backward"]))
 def _rnn_layer_backward(call: OpCall) -> Cost:
-    x, w_ih = call.args[0], call.args[1]
-    hidden = _shape(call.args[5])[-1] if len(call.args) > 5 else _shape(w_ih)[0] // 4
+    x, w_ih = call.arg("input"), call.arg("weight1")
+    hidden = _shape(call.arg("hx_"))[-1]
     steps, batch = _shape(x)[:2]
     gates = max(1, _shape(w_ih)[0] // max(hidden, 1))
     work = cudnn_rnn_work(gates, steps, batch, _shape(w_ih)[1], hidden, backward=True,
@@ -421,18 +409,22 @@ BATCH_NORM_OPS = ("native_batch_norm", "_native_batch_norm_legit", "cudnn_batch_
                   "_native_batch_norm_legit_no_training", "_batch_norm_no_update")
 
 
+# Batch-norm ops whose name, not a `training` argument, says whether they compute batch statistics.
+BATCH_NORM_FIXED_MODE = {"_native_batch_norm_legit_no_training": False, "_batch_norm_no_update": False}
+
+
 def batch_norm_training(func: Any, args: tuple, kwargs: dict) -> bool:
-    """Whether a batch-norm call computes batch statistics (its `training` argument, index 5)."""
-    if func.overloadpacket.__name__ in ("_native_batch_norm_legit_no_training", "_batch_norm_no_update"):
-        return False
-    flag = args[5] if len(args) > 5 else kwargs.get("training", True)
-    return not isinstance(flag, bool) or flag
+    """Whether a batch-norm call computes batch statistics (its `training` argument)."""
+    fixed = BATCH_NORM_FIXED_MODE.get(func.overloadpacket.__name__)
+    if fixed is not None:
+        return fixed
+    return bool(schema_arg(func, args, kwargs, "training"))
 
 
 def _channel_rows(call: OpCall) -> tuple[int, int, int]:
     """Batch norm reduces each channel (dim 1) over batch and space; on channels-first data a channel is
     N runs of one plane each (channels-last data reads across channels, every run the whole row)."""
-    x = tensors(call.args[:1])
+    x = tensors(call.first_arg)
     shape = _shape(x[0]) if x else ()
     channels = shape[1] if len(shape) > 1 else 1
     plane = math.prod(shape[2:])
@@ -440,35 +432,29 @@ def _channel_rows(call: OpCall) -> tuple[int, int, int]:
     return channels, math.prod(shape) // max(channels, 1), plane if segmented else 0
 
 
-def _trailing_rows(shape_arg: int):
-    """Layer/RMS norm reduce the trailing `normalized_shape` (argument `shape_arg`) of each row."""
-    def rows(call: OpCall) -> tuple[int, int]:
-        x = tensors(call.args[:1])
-        total = x[0].numel() if x else 0
-        normalized = call.args[shape_arg] if len(call.args) > shape_arg else ()
-        length = math.prod(normalized) if isinstance(normalized, (list, tuple)) else 1
-        return total // max(length, 1), length
-    return rows
+def _trailing_rows(call: OpCall) -> tuple[int, int]:
+    """Layer/RMS norm reduce the trailing `normalized_shape` of each row."""
+    x = tensors(call.first_arg)
+    total = x[0].numel() if x else 0
+    normalized = call.arg("normalized_shape")
+    length = math.prod(normalized) if isinstance(normalized, (list, tuple)) else 1
+    return total // max(length, 1), length
 
 
-def _group_rows(first_size_arg: int):
-    """Group norm reduces each (sample, group): its size arguments are N, C, HxW, group."""
-    def rows(call: OpCall) -> tuple[int, int]:
-        n, c, hw, groups = (int(v) for v in call.args[first_size_arg:first_size_arg + 4])
-        return n * groups, c // max(groups, 1) * hw
-    return rows
+def _group_rows(call: OpCall) -> tuple[int, int]:
+    """Group norm reduces each (sample, group): N * group rows of C / group * HxW elements."""
+    n, c, hw, groups = (int(call.arg(name)) for name in ("N", "C", "HxW", "group"))
+    return n * groups, c // max(groups, 1) * hw
 
 
-def _dim_rows(dim_arg: int):
-    """Softmax-like ops normalise along argument `dim_arg`'s dimension of their first input."""
-    def rows(call: OpCall) -> tuple[int, int]:
-        x = tensors(call.args[:1])
-        shape = _shape(x[0]) if x else ()
-        if not shape:
-            return 1, 1
-        length = shape[int(call.args[dim_arg]) % len(shape)]
-        return math.prod(shape) // max(length, 1), length
-    return rows
+def _dim_rows(call: OpCall) -> tuple[int, int]:
+    """Softmax-like ops normalise along their `dim` of their first input."""
+    x = tensors(call.first_arg)
+    shape = _shape(x[0]) if x else ()
+    if not shape:
+        return 1, 1
+    length = shape[int(call.arg("dim")) % len(shape)]
+    return math.prod(shape) // max(length, 1), length
 
 
 _norm_statistics = by_category("norm", flops_per_input=5.0, rows=_channel_rows)
@@ -482,7 +468,7 @@ def _batch_norm(call: OpCall) -> Cost:
     if batch_norm_training(call.func, call.args, call.kwargs):
         return _norm_statistics(call)
     # The per-channel scale and shift are expanded along dimension 1, not by the right-aligned rule.
-    cost, x = _affine(call), tensors(call.args[:1])
+    cost, x = _affine(call), tensors(call.first_arg)
     if not cost.broadcast or not x or x[0].dim() < 2:
         return cost
     per_channel = tuple(x[0].shape[1] if d == 1 else 1 for d in range(x[0].dim()))
@@ -490,12 +476,12 @@ def _batch_norm(call: OpCall) -> Cost:
 
 
 for _names, _flops_in, _rows in [
-    (["native_layer_norm", "_fused_rms_norm"], 5.0, _trailing_rows(1)),
-    (["native_layer_norm_backward", "_fused_rms_norm_backward"], 8.0, _trailing_rows(2)),
+    (["native_layer_norm", "_fused_rms_norm"], 5.0, _trailing_rows),
+    (["native_layer_norm_backward", "_fused_rms_norm_backward"], 8.0, _trailing_rows),
     (["_batch_norm_with_update"], 5.0, _channel_rows),
     (["native_batch_norm_backward", "batch_norm_backward", "cudnn_batch_norm_backward"], 8.0, _channel_rows),
-    (["native_group_norm"], 5.0, _group_rows(3)),
-    (["native_group_norm_backward"], 8.0, _group_rows(5)),
+    (["native_group_norm"], 5.0, _group_rows),
+    (["native_group_norm_backward"], 8.0, _group_rows),
     (["instance_norm"], 5.0, None),  # composite: traces as batch norm; registered in case a backend keeps it
 ]:
     register_cost(*iter_ops(_names))(by_category("norm", flops_per_input=_flops_in, rows=_rows))
@@ -504,24 +490,25 @@ for _names, _flops_in, _rows in [
 # PyTorch's layer norm and softmax kernels copy a non-contiguous input (and, backward, the incoming
 # gradient) to a contiguous one first: after nn.MultiheadAttention with batch_first, whose output is a
 # transposed view, every layer norm of a ViT block pays a copy of its activation (the profiler shows it
-# inside native_layer_norm). Positions follow the ATen schemas.
-REGISTRY.stage_contiguous(*iter_ops(["native_layer_norm"]), args=(0, 2, 3))             # input, weight, bias
-REGISTRY.stage_contiguous(*iter_ops(["native_layer_norm_backward"]), args=(0, 1, 5, 6))  # grad, input, weight, bias
-REGISTRY.stage_contiguous(*iter_ops(["_softmax", "_log_softmax"]), args=(0,))
-REGISTRY.stage_contiguous(*iter_ops(["_softmax_backward_data", "_log_softmax_backward_data"]), args=(0, 1))
+# inside native_layer_norm).
+REGISTRY.stage_contiguous(*iter_ops(["native_layer_norm"]), args=("input", "weight", "bias"))
+REGISTRY.stage_contiguous(*iter_ops(["native_layer_norm_backward"]), args=("grad_out", "input", "weight", "bias"))
+REGISTRY.stage_contiguous(*iter_ops(["_softmax", "_log_softmax"]), args=("self",))
+REGISTRY.stage_contiguous(*iter_ops(["_softmax_backward_data", "_log_softmax_backward_data"]),
+                          args=("grad_output", "output"))
 # Every convolution backend takes its input and weight (backward: also the output gradient) in one dense
 # memory format: ShuffleNet convolves one half of a channel split, a strided view, and copies it first
 # (forward and backward; the profiler shows the copy inside aten::convolution).
-REGISTRY.stage_contiguous(aten.convolution, aten._convolution, args=(0, 1), channels_last_ok=True)
-REGISTRY.stage_contiguous(aten.convolution_backward, args=(0, 1, 2), channels_last_ok=True)
+REGISTRY.stage_contiguous(aten.convolution, aten._convolution, args=("input", "weight"), channels_last_ok=True)
+REGISTRY.stage_contiguous(aten.convolution_backward, args=("grad_output", "input", "weight"), channels_last_ok=True)
 
 
 # ---------------------------------------------------------------- softmax and reductions
 
 register_cost(*iter_ops(["_softmax", "_log_softmax", "_safe_softmax"]))(
-    by_category("reduction", flops_per_input=5.0, rows=_dim_rows(1)))
+    by_category("reduction", flops_per_input=5.0, rows=_dim_rows))
 register_cost(*iter_ops(["_softmax_backward_data", "_log_softmax_backward_data"]))(
-    by_category("reduction", flops_per_input=3.0, rows=_dim_rows(2)))
+    by_category("reduction", flops_per_input=3.0, rows=_dim_rows))
 _REDUCED_ROWS = by_category("reduction", flops_per_input=1.0, rows=reduced_rows)
 
 
@@ -545,7 +532,7 @@ register_cost(*iter_ops([
 
 def _pool(backward: bool):
     def formula(call: OpCall) -> Cost:
-        kernel = call.args[2 if backward else 1] if len(call.args) > (2 if backward else 1) else [1]
+        kernel = call.arg("kernel_size")
         window = math.prod(kernel) if isinstance(kernel, (list, tuple)) and kernel else 1
         big = max((t.numel() for t in call.inputs), default=0)
         cost = generic_cost(call, category="pool", flops=float(window * sum(t.numel() for t in call.outputs)
@@ -591,7 +578,7 @@ def _interpolate(call: OpCall) -> Cost:
     # outputs, 16x the positions) 0.46 ms (python3 benchmarks/kernel_facts.py). Channels-last data takes
     # a kernel parallel over all outputs.
     cost = _RESAMPLE(call)
-    x = call.args[0] if call.args else None
+    x = call.first_arg
     shape = _shape(x)
     if len(shape) < 3 or is_channels_last(x):
         return cost
@@ -619,7 +606,7 @@ def _gather(category: str, table_lookup: bool = False):
     8 rows of a 250k-row table), plus its indices. A table lookup (indices into dim 0 of its first
     argument) reads a row selected twice from cache the second time."""
     def formula(call: OpCall) -> Cost:
-        source = tensors(call.args[:1])
+        source = tensors(call.first_arg)
         keys = {id(t) for t in source}
         indices = [t for t in call.inputs if id(t) not in keys]
         written = unique_bytes(call.outputs)
@@ -661,7 +648,7 @@ EMBEDDING_BWD_CHUNK_TRIPS = 3        # gradient load, weight load, weight store
 
 @register_cost(*iter_ops(["embedding_dense_backward", "_embedding_bag_backward", "_embedding_bag_dense_backward"]))
 def _embedding_backward(call: OpCall) -> Cost:
-    grad, indices = call.args[0], call.args[1]
+    grad, indices = call.first_arg, call.arg("indices")
     out = call.outputs[0]
     vocab, width = _shape(out)[0], _shape(out)[-1]
     n_idx = indices.numel()
@@ -672,7 +659,7 @@ def _embedding_backward(call: OpCall) -> Cost:
     grad_bytes = float(grad.numel() * grad.element_size())
     index_bytes = float(n_idx * indices.element_size())
     dense = call.func.overloadpacket is torch.ops.aten.embedding_dense_backward
-    scale_by_freq = dense and len(call.args) > 4 and bool(call.args[4])
+    scale_by_freq = dense and bool(call.arg("scale_grad_by_freq"))
     if dense and n_idx <= EMBEDDING_BWD_DIRECT_MAX and not scale_by_freq:
         read = grad_bytes + index_bytes + touched * size
         written = zero_fill + touched * size
@@ -715,7 +702,7 @@ def _roll(call: OpCall) -> Cost:
     # two) recurses dimension by dimension inside the op, k passes over the tensor. Its kernel maps every
     # element's index on its own, one element per lane (the suite's rolls run at the same element rate in
     # bf16 as in fp32), like TensorIterator's strided loop: priced as a permuted copy.
-    dims = call.args[2] if len(call.args) > 2 else call.kwargs.get("dims", ())
+    dims = call.arg("dims")
     passes = max(len(dims), 1) if isinstance(dims, (list, tuple)) else 1
     cost = generic_cost(call, category="copy")
     return replace(cost, bytes_read=cost.bytes_read * passes, bytes_written=cost.bytes_written * passes,

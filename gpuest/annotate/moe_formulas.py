@@ -12,7 +12,6 @@ added here.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 import torch
@@ -22,10 +21,6 @@ from .registry import Cost, OpCall, by_category, generic_cost, iter_ops, registe
 # Operand dtypes CUDA's grouped kernel runs in one launch; others loop over torch.mm per group.
 GROUPED_KERNEL_DTYPES = (torch.bfloat16,) + tuple(
     getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))
-
-
-def _arg(call: OpCall, name: str, position: int) -> Any:
-    return call.args[position] if len(call.args) > position else call.kwargs.get(name)
 
 
 def group_sizes(call: OpCall, offs: torch.Tensor | None, extent: int, groups: int) -> np.ndarray:
@@ -39,11 +34,11 @@ def group_sizes(call: OpCall, offs: torch.Tensor | None, extent: int, groups: in
     return np.array([base + (1 if g < extra else 0) for g in range(groups)], dtype=np.int64)
 
 
-def grouped_mm_cost(call: OpCall, offs_position: int = 2) -> Cost:
+def grouped_mm_cost(call: OpCall) -> Cost:
     """FLOPs 2 * sum over groups of M_g * N * K, with the GEMM shape of the mean non-empty group, the
     rows of the largest (Cost.gemm_m_max) and the weights of the groups that have rows."""
-    a, b = call.args[0], call.args[1]
-    offs = _arg(call, "offs", offs_position)
+    a, b = call.arg("self"), call.arg("mat2")
+    offs = call.arg("offs")
     out = call.outputs[0]
     if a.dim() == 2 and b.dim() == 3:      # groups of rows (experts' tokens) x per-group weights
         sizes = group_sizes(call, offs, int(a.shape[0]), int(b.shape[0]))
@@ -88,13 +83,12 @@ def grouped_mm_cost(call: OpCall, offs_position: int = 2) -> Cost:
                 variant="grouped" if one_launch else "grouped_fallback")
 
 
-register_cost(*iter_ops(["_grouped_mm"]))(grouped_mm_cost)
-register_cost(*iter_ops(["_scaled_grouped_mm"]))(lambda call: grouped_mm_cost(call, offs_position=4))
+register_cost(*iter_ops(["_grouped_mm", "_scaled_grouped_mm"]))(grouped_mm_cost)
 
 
 def _counting(call: OpCall) -> Cost:
     """histc / bincount: every input element adds one to a bin, with atomic adds."""
-    n = sum(t.numel() for t in tensors(call.args[:1]))
+    n = sum(t.numel() for t in tensors(call.first_arg))
     return replace(generic_cost(call, category="reduction", flops=float(n), kernels=2), atomic_adds=True)
 
 

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_leaves
 
+from ..errors import OpArgumentError
+
 CATEGORIES = (
     "matmul", "conv", "attention", "rnn", "elementwise", "reduction", "norm", "pool",
     "embedding", "copy", "optimizer", "view", "other",
@@ -149,6 +151,10 @@ def node_attrs(cost: Cost) -> dict[str, Any]:
     return attrs
 
 
+# OpCall.arg's `default` when its caller gives none: fall back to the schema's default.
+_SCHEMA_DEFAULT: Any = object()
+
+
 @dataclass(frozen=True)
 class OpCall:
     """One dispatched ATen op with its (fake) arguments and result."""
@@ -164,6 +170,22 @@ class OpCall:
         """Values of tensor `t` if the trace determined them (capture.routing), else None."""
         return self.value_of(t) if self.value_of is not None and t is not None else None
 
+    def arg(self, name: str, default: Any = _SCHEMA_DEFAULT) -> Any:
+        """The argument the op's schema calls `name` (positions differ between torch versions and between
+        the ops a formula serves): as passed, else `default` if given, else the schema's default.
+        Raises OpArgumentError if the schema has no such argument."""
+        return schema_arg(self.func, self.args, self.kwargs, name, default)
+
+    def has_arg(self, name: str) -> bool:
+        """Whether the op's schema declares an argument `name` (ops sharing a formula differ)."""
+        return any(a.name == name for a in self.func._schema.arguments)
+
+    @property
+    def first_arg(self) -> Any:
+        """The op's first argument, its main operand whatever the schema calls it (`self`, `input`,
+        `grad_output`): what formulas shared by many ops read."""
+        return self.args[0] if self.args else None
+
     @property
     def inputs(self) -> list[torch.Tensor]:
         return tensors((self.args, self.kwargs))
@@ -178,15 +200,37 @@ class OpCall:
 Formula = Callable[[OpCall], Cost]
 
 
+def schema_arg(func: torch._ops.OpOverload, args: tuple, kwargs: dict, name: str,
+               default: Any = _SCHEMA_DEFAULT) -> Any:
+    """Argument `name` of a call of `func`, read through its schema (OpCall.arg). The dispatcher drops
+    trailing arguments equal to their default, so an absent argument takes `default` if given, else the
+    schema's default; a required argument that is absent (or one the schema lacks) raises OpArgumentError."""
+    schema = func._schema
+    for i, arg in enumerate(schema.arguments):
+        if arg.name != name:
+            continue
+        if not arg.kwarg_only and i < len(args):
+            return args[i]
+        if name in kwargs:
+            return kwargs[name]
+        if default is not _SCHEMA_DEFAULT:
+            return default
+        if arg.has_default_value():
+            return arg.default_value
+        raise OpArgumentError(f"{func} was called without its required argument {name!r}")
+    accepted = ", ".join(a.name for a in schema.arguments)
+    raise OpArgumentError(f"{func} has no argument {name!r}; its schema declares: {accepted}")
+
+
 @dataclass
 class CostRegistry:
     """Maps ATen ops to cost formulas; overload-specific entries win over packet entries."""
 
     by_overload: dict[Any, Formula] = field(default_factory=dict)
     by_packet: dict[Any, Formula] = field(default_factory=dict)
-    # Argument positions an op's CUDA kernel makes contiguous before it runs (`.contiguous()` inside the
-    # ATen implementation), by overload packet, and whether a dense channels-last tensor passes as is.
-    staged_args: dict[Any, tuple[tuple[int, ...], bool]] = field(default_factory=dict)
+    # Arguments (by schema name) an op's CUDA kernel makes contiguous before it runs (`.contiguous()` inside
+    # the ATen implementation), by overload packet, and whether a dense channels-last tensor passes as is.
+    staged_args: dict[Any, tuple[tuple[str, ...], bool]] = field(default_factory=dict)
 
     def register(self, *ops: Any) -> Callable[[Formula], Formula]:
         """Decorator registering a formula for `ops` (overloads or overload packets); an op registered
@@ -211,8 +255,8 @@ class CostRegistry:
             return REDUCTION_BY_TAG
         return None
 
-    def stage_contiguous(self, *ops: Any, args: tuple[int, ...], channels_last_ok: bool = False) -> None:
-        """Declare that `ops` copy the tensors at positions `args` to a contiguous layout first (or, with
+    def stage_contiguous(self, *ops: Any, args: tuple[str, ...], channels_last_ok: bool = False) -> None:
+        """Declare that `ops` copy the tensor arguments named `args` to a contiguous layout first (or, with
         `channels_last_ok`, to the memory format they suggest, which a dense channels-last tensor already
         has): a copy kernel of its own, which a trace of the op alone never sees."""
         for op in ops:
@@ -221,10 +265,10 @@ class CostRegistry:
     def staged_copies(self, call: OpCall) -> list[OpCall]:
         """The copies `call` makes of its staged arguments not already in the layout its kernel needs, as
         clone calls on fake tensors (the caller records them before the op; each writes a fresh tensor)."""
-        positions, channels_last_ok = self.staged_args.get(call.func.overloadpacket, ((), False))
+        names, channels_last_ok = self.staged_args.get(call.func.overloadpacket, ((), False))
         copies = []
-        for i in positions:
-            t = call.args[i] if i < len(call.args) else None
+        for name in names:
+            t = call.arg(name)
             if not isinstance(t, torch.Tensor) or t.numel() <= 1 or t.is_contiguous():
                 continue
             layout = torch.channels_last if channels_last_ok and t.dim() == 4 and is_channels_last(t) \
@@ -488,7 +532,7 @@ def by_category(category: str, flops_per_output: float = 0.0, flops_per_input: f
     rows: for row-wise ops, gives (independent rows, elements per row[, elements per contiguous run of a
     row]) of the call (Cost.row_count, row_len, row_segment)."""
     def formula(call: "OpCall") -> Cost:
-        n_in = sum(t.numel() for t in tensors(call.args[:1]))
+        n_in = sum(t.numel() for t in tensors(call.first_arg))
         n_out = sum(t.numel() for t in call.outputs)
         cost = generic_cost(call, category=category,
                             flops=flops_per_output * n_out + flops_per_input * n_in, kernels=kernels)
@@ -503,7 +547,7 @@ def reduced_rows(call: "OpCall") -> tuple[int, int, int]:
     """Rows of a reduction: one per element of its (first) result, each as long as the input is
     larger than that result, and the contiguous run of a row (Cost.row_segment): the reduced dimensions
     innermost in memory, or single elements when the innermost dimension is kept (a column sum)."""
-    source = tensors(call.args[:1])
+    source = tensors(call.first_arg)
     outs = call.outputs
     n_in = source[0].numel() if source else 0
     n_out = max(outs[0].numel(), 1) if outs else 1
@@ -514,8 +558,8 @@ def reduced_rows(call: "OpCall") -> tuple[int, int, int]:
 
 def _reduced_run(call: "OpCall", x: torch.Tensor) -> int:
     """Elements of `x` that one contiguous run of a reduced row holds (0 when the call names no dims)."""
-    names = [a.name for a in call.func._schema.arguments]
-    dim = call.kwargs.get("dim", call.args[names.index("dim")] if "dim" in names[:len(call.args)] else None)
+    # A dim the dispatcher dropped as default (topk's -1) counts as none, as the profiles were fitted so.
+    dim = call.arg("dim", default=None) if call.has_arg("dim") else None
     if dim is None or (isinstance(dim, (list, tuple)) and not dim):
         return 0
     reduced = {int(d) % max(x.dim(), 1) for d in (dim if isinstance(dim, (list, tuple)) else [dim])}
