@@ -132,8 +132,8 @@ def reductions(gpu: str, rows: dict[str, dict]) -> str:
 
 def embedding_lookups(rows: dict[str, dict]) -> str:
     """Embedding lookups beyond their bytes (GATHER_* in gpuest/price/device_time.py) and the direct
-    embedding backward's serial chunks (EMBEDDING_BWD_CHUNK in gpuest/annotate/formulas.py)."""
-    from gpuest.annotate.formulas import EMBEDDING_BWD_CHUNK
+    embedding backward's serial chunks (EMBEDDING_BWD_CHUNK in gpuest/annotate/formulas/embedding.py)."""
+    from gpuest.annotate.formulas.embedding import EMBEDDING_BWD_CHUNK
     out_mb = lambda r: sum(n["bytes_written"] for n in r["nodes"]) / 1e6  # noqa: E731
     hot, spread = rows["embedding_fwd_bf16_v100_d512_t16384"], rows["embedding_fwd_bf16_v30522_d1024_t8192"]
     wide = rows["embedding_fwd_bf16_v50257_d1600_t4096"]
@@ -190,7 +190,7 @@ def rnn_gaps(rows: dict[str, dict]) -> str:
 
 
 def bilinear_upsampling(rows: dict[str, dict]) -> str:
-    """NCHW bilinear upsampling's serial walk over the planes (formulas._interpolate) and its gradient's
+    """NCHW bilinear upsampling's serial walk over the planes (formulas.pool._interpolate) and its gradient's
     16-bit atomic adds (Cost.atomic_adds)."""
     fwd = lambda dt, n, c, hw: _us(rows[f"upsample_bilinear_fwd_{dt}_n{n}_c{c}_hw{hw}"])  # noqa: E731
     bwd = lambda dt: _us(rows[f"upsample_bilinear_bwd_{dt}_n32_c256_hw32"])               # noqa: E731
@@ -218,7 +218,7 @@ def persistent_rnn_steps() -> str:
         us = sum(k["us_per_iter"] for k in rec["kernels"] if "RNN_blockPersist_fp" in k["name"])
         if us and p.get("cell"):
             per_cell.setdefault(p["cell"], {}).setdefault(p["hidden"], []).append(us / _rnn_step_chains(p))
-    from gpuest.annotate.formulas import RNN_MODE_GATES
+    from gpuest.annotate.formulas.rnn import RNN_MODE_GATES
     cells = "; ".join(cell + " " + ", ".join(
         f"h{h} ({RNN_MODE_GATES[cell.upper()] * h * h} weights) {min(v):.2f}-{max(v):.2f} us"
         for h, v in sorted(by_h.items())) for cell, by_h in sorted(per_cell.items()))

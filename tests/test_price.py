@@ -11,7 +11,7 @@ import torch
 import gpuest
 from gpuest.catalog import get_gpu
 from gpuest.errors import GraphNotAnnotatedError
-from gpuest.annotate.formulas import PERSISTENT_STEP_WEIGHTS
+from gpuest.annotate.formulas.rnn import PERSISTENT_STEP_WEIGHTS
 from gpuest.price.device_time import device_times, persistent_steps
 from gpuest.price.features import OVERHEAD_SCALE_S
 from gpuest.price.host_timeline import simulate
@@ -555,7 +555,7 @@ def test_lstm_steps_run_one_after_another():
     fwd, bwd = rnn["aten._cudnn_rnn.default"], rnn["aten._cudnn_rnn_backward.default"]
     # a recurrent GEMM and a gate kernel per step (priced as RNN_STEP_LAUNCHES launches), plus the input
     # GEMM over all steps (cuDNN)
-    from gpuest.annotate.formulas import RNN_STEP_LAUNCHES
+    from gpuest.annotate.formulas.rnn import RNN_STEP_LAUNCHES
     assert fwd["kernels"] == round(RNN_STEP_LAUNCHES * T) + 1 and bwd["kernels"] == fwd["kernels"] + 1
     assert fwd["grid_syncs"] == bwd["grid_syncs"] == 0
     # one step's GEMM fills the GPU, not all steps' at once
@@ -573,7 +573,7 @@ def test_lstm_steps_run_one_after_another():
 def test_a_wide_rnn_step_waits_on_its_gemm_main_loop():
     """A per-step recurrent GEMM over a small batch is a chain of dependent loads: its serial steps grow
     with the steps and the hidden size, forward and backward alike."""
-    from gpuest.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN, RNN_STEP_K_DEPTH
+    from gpuest.annotate.formulas.rnn import PERSISTENT_RNN_MAX_HIDDEN, RNN_STEP_K_DEPTH
 
     def serial(T, H):
         g = gpuest.trace(torch.nn.LSTM(64, H, device="meta"), (torch.empty(T, 4, 64, device="meta"),),
@@ -593,7 +593,7 @@ def test_a_narrow_rnn_in_16_bits_runs_per_step_kernels(how):
     """cuDNN keeps a narrow layer in one persistent kernel only in fp32: in 16 bits (bf16 weights, or
     CUDA autocast, which runs cuDNN's RNNs in fp16 whatever its own dtype) it launches a GEMM and a cell
     kernel per step, as the session-15 kernel profiles show."""
-    from gpuest.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN, cudnn_rnn_kernels
+    from gpuest.annotate.formulas.rnn import PERSISTENT_RNN_MAX_HIDDEN, cudnn_rnn_kernels
     T, B, H = 30, 4, 64
     assert H <= PERSISTENT_RNN_MAX_HIDDEN
     lstm = torch.nn.LSTM(H, H, device="meta", dtype=torch.bfloat16 if how == "bf16 weights" else torch.float32)
@@ -631,7 +631,7 @@ def test_a_narrow_rnn_runs_its_steps_inside_one_persistent_kernel(cell):
     direction whose blocks meet once per step: a few launches whatever the length, a grid barrier per
     step that the profile prices at grid_sync_s each, and serial work per step that grows with the
     recurrent weights (gates x hidden^2)."""
-    from gpuest.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN
+    from gpuest.annotate.formulas.rnn import PERSISTENT_RNN_MAX_HIDDEN
     from gpuest.price.device_time import PERSISTENT_REGISTER_STEPS
     T, B, H, I, layers = 40, 4, 128, 32, 2
     g = gpuest.trace(cell(I, H, layers, bidirectional=True, device="meta"),

@@ -601,7 +601,7 @@ def test_fused_rnn_moves_each_tensor_once_and_rereads_only_per_step_weights(cell
     layer that runs a GEMM kernel per step reads its recurrent weights again at every step, while a
     persistent one keeps them on chip: doubling the sequence adds exactly those re-reads besides the
     activations of the extra steps."""
-    from gpuest.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN
+    from gpuest.annotate.formulas.rnn import PERSISTENT_RNN_MAX_HIDDEN
     rnn_cls = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[cell]
 
     class Wrapped(torch.nn.Module):
@@ -689,7 +689,7 @@ def test_a_table_lookup_reads_each_distinct_row_once(rows):
 
 
 def test_expected_distinct_rows_is_bounded_by_draws_and_population():
-    from gpuest.annotate.formulas import expected_distinct
+    from gpuest.annotate.formulas.embedding import expected_distinct
     assert expected_distinct(0, 100) == 0.0 and expected_distinct(5, 1) == 1.0
     for draws, population in [(1, 10), (10, 10), (1000, 10), (8192, 50257), (8192, 512)]:
         got = expected_distinct(draws, population)
@@ -964,7 +964,7 @@ def test_permuted_reads_count_the_sectors_a_loop_block_touches(shape, expr, dtyp
 
 
 def test_causal_attention_records_the_skipped_tiles():
-    from gpuest.annotate.formulas import causal_kept_fraction
+    from gpuest.annotate.formulas.attention import causal_kept_fraction
 
     assert causal_kept_fraction(4, 4, 0) == 1.0
     assert causal_kept_fraction(4, 4, 1) == pytest.approx(10 / 16)          # rows see 1, 2, 3, 4 keys
@@ -1087,7 +1087,7 @@ def test_embedding_backward_takes_pytorchs_path_for_its_index_count(tokens, sort
     # spreads them over the GPU.
     assert (bwd["serial_steps"] == 0) == sorted_path
     if not sorted_path:
-        from gpuest.annotate.formulas import EMBEDDING_BWD_CHUNK, EMBEDDING_BWD_CHUNK_TRIPS
+        from gpuest.annotate.formulas.embedding import EMBEDDING_BWD_CHUNK, EMBEDDING_BWD_CHUNK_TRIPS
         assert EMBEDDING_BWD_CHUNK == 32   # BLOCKDIMY, the warps of a block, one index each
         assert bwd["serial_steps"] == EMBEDDING_BWD_CHUNK_TRIPS * math.ceil(tokens / 32)
 
@@ -1123,7 +1123,7 @@ def test_a_recurrent_layer_launches_cudnns_kernels_whatever_the_cpu_path_decompo
     # The CPU runs an LSTM as one op per layer but a GRU as a dozen ops per step; on CUDA both are
     # one cuDNN call: per layer and direction a GEMM and a cell kernel per step plus the input GEMM
     # (hidden sizes above PERSISTENT_RNN_MAX_HIDDEN; narrower ones: test_price's persistent-kernel test).
-    from gpuest.annotate.formulas import PERSISTENT_RNN_MAX_HIDDEN, cudnn_rnn_kernels
+    from gpuest.annotate.formulas.rnn import PERSISTENT_RNN_MAX_HIDDEN, cudnn_rnn_kernels
     steps, layers, hidden = 16, 2, 2 * PERSISTENT_RNN_MAX_HIDDEN
     for bidirectional in (False, True):
         rnn = cls(32, hidden, num_layers=layers, batch_first=True, bidirectional=bidirectional).to("meta")

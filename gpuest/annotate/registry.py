@@ -341,6 +341,11 @@ def storage_key(t: torch.Tensor) -> int:
         return id(t)
 
 
+def shape_of(t: Any) -> tuple[int, ...]:
+    """The shape of `t` if it is a tensor, else () (an optional argument left out)."""
+    return tuple(t.shape) if isinstance(t, torch.Tensor) else ()
+
+
 def numel(tree: Any) -> int:
     return sum(t.numel() for t in tensors(tree))
 
@@ -541,6 +546,13 @@ def by_category(category: str, flops_per_output: float = 0.0, flops_per_input: f
         n_rows, length, *segment = rows(call)
         return replace(cost, row_count=int(n_rows), row_len=int(length), row_segment=int(segment[0]) if segment else 0)
     return formula
+
+
+def with_atomic_adds(formula: "Formula") -> "Formula":
+    """`formula` for an op whose CUDA kernel scatters into its output with atomic adds (Cost.atomic_adds)."""
+    def with_atomics(call: "OpCall") -> Cost:
+        return replace(formula(call), atomic_adds=True)
+    return with_atomics
 
 
 def reduced_rows(call: "OpCall") -> tuple[int, int, int]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ..annotate.formulas import batch_norm_training
+from ..annotate.formulas.norm import batch_norm_training
 from ..annotate.registry import tensors
 
 # CPU kernel -> CUDA kernel, where the choice does not depend on arguments.

@@ -15,7 +15,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.module_tracker import ModuleTracker
 
-from ..annotate.formulas import RNN_MODE_GATES, RNNWork, cudnn_rnn_work  # (also registers the formulas)
+from ..annotate.formulas.rnn import RNN_MODE_GATES, RNNWork, cudnn_rnn_work  # (also registers the formulas)
 from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
 from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, is_channels_last, node_attrs,
                                  storage_key, tensor_bytes, tensors, unique_bytes)

@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1]
-# Modules whose constants are modelling decisions (others hold schemas, names and formats).
+# Modules whose constants are modelling decisions (others hold schemas, names and formats); a folder ending
+# in "/" stands for its modules, so a new formula family joins the log without an edit here.
 MODULES = ("price/features.py", "price/device_time.py", "price/power.py", "price/host_timeline.py",
            "price/reduce_launch.py", "price/local_correction.py", "price/memory/peak.py",
-           "price/memory/allocator.py", "price/memory/workspace.py", "annotate/formulas.py", "annotate/registry.py",
-           "annotate/moe_formulas.py", "capture/routing.py",
+           "price/memory/allocator.py", "price/memory/workspace.py", "annotate/registry.py",
+           "annotate/formulas/", "capture/routing.py",
            "calibrate/fit.py", "calibrate/budget.py", "profile.py", "measurement_protocol.py")
 COMMAND = re.compile(r"(benchmarks/[\w./]+\.py|python3 -m [\w.]+|data/[\w./-]+\.jsonl)")
 MAX_VALUE_CHARS = 60
@@ -53,12 +54,23 @@ def constants(path: Path) -> list[dict[str, str]]:
     return out
 
 
+def _expand(modules: tuple[str, ...]) -> list[str]:
+    """`modules` with each folder entry ("annotate/formulas/") replaced by its modules in name order."""
+    out: list[str] = []
+    for module in modules:
+        if module.endswith("/"):
+            out += [p.relative_to(PACKAGE).as_posix() for p in sorted((PACKAGE / module).glob("*.py"))]
+        else:
+            out.append(module)
+    return out
+
+
 def render(modules: tuple[str, ...] = MODULES) -> str:
     lines = ["# Decision log", "",
              "Every constant of the model, keyed by name: its value, why (the comment beside it in the code) and the "
              "command that prints its evidence. Generated from the source by `python3 -m gpuest.report.decisions "
              "-o docs/DECISIONS.md`; edit the comment in the code, not this file.", ""]
-    for module in modules:
+    for module in _expand(modules):
         rows = constants(PACKAGE / module)
         if not rows:
             continue

@@ -16,7 +16,9 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from .registry import Cost, OpCall, by_category, generic_cost, iter_ops, register_cost, tensor_bytes, tensors
+from ..registry import (
+    Cost, OpCall, by_category, generic_cost, iter_ops, register_cost, tensor_bytes, tensors, with_atomic_adds,
+)
 
 # Operand dtypes CUDA's grouped kernel runs in one launch; others loop over torch.mm per group.
 GROUPED_KERNEL_DTYPES = (torch.bfloat16,) + tuple(
@@ -94,8 +96,7 @@ def _counting(call: OpCall) -> Cost:
 
 register_cost(*iter_ops(["histc", "bincount"]))(_counting)
 # In-place scatters with accumulation (the per-expert combine of the eager loop): atomic adds by index.
-_SCATTER_ADD = by_category("copy")
 register_cost(*iter_ops(["index_add_", "scatter_add_", "index_reduce", "index_reduce_"]))(
-    lambda call: replace(_SCATTER_ADD(call), atomic_adds=True))
+    with_atomic_adds(by_category("copy")))
 register_cost(*iter_ops(["floor_divide", "floor_divide_", "remainder", "fmod"]))(
     by_category("elementwise", flops_per_output=1.0))

@@ -1,0 +1,105 @@
+"""Cost formulas of convolutions, forward and backward: torch's FLOPs (less its overcount of grouped weight
+gradients), the implicit-GEMM shape, the window, layout and kernel variant cuDNN's choice depends on."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import conv_flop_count
+
+from ..registry import REGISTRY, Cost, OpCall, is_channels_last, iter_ops, register_cost, shape_of, tensors
+from .gemm import torch_flops, with_gemm
+
+aten = torch.ops.aten
+
+
+def _conv_gemm(x: tuple, w: tuple, y: tuple, groups: int, transposed: bool) -> tuple[tuple, int]:
+    """Implicit-GEMM shape of a forward convolution producing `y` from `x`: M = N * output spatial,
+    N = output channels per group, K = input channels per group * kernel area. A transposed convolution's
+    weight is (Cin, Cout/groups, kernel...), a normal one's (Cout, Cin/groups, kernel...)."""
+    n = x[0] if x else 1
+    kernel = math.prod(w[2:]) if len(w) > 2 else 1
+    g = max(groups, 1)
+    out_g, in_g = (w[1], w[0] // g) if transposed else (w[0] // g, w[1])
+    spatial_out = math.prod(y[2:]) if len(y) > 2 else 1
+    return (n * spatial_out, out_g, in_g * kernel), groups
+
+
+@register_cost(aten.convolution, aten._convolution, *iter_ops(["cudnn_convolution", "convolution_overrideable"]))
+def _convolution(call: OpCall) -> Cost:
+    # cudnn_convolution has no `transposed` (cudnn_convolution_transpose is an op of its own).
+    x, w = call.first_arg, call.arg("weight")
+    transposed = bool(call.arg("transposed")) if call.has_arg("transposed") else False
+    groups = int(call.arg("groups"))
+    y = shape_of(tensors(call.out)[0])
+    mnk, g = _conv_gemm(shape_of(x), shape_of(w), y, groups, transposed)
+    return replace(with_gemm(call, "conv", torch_flops(call), mnk, g), window=math.prod(shape_of(w)[2:]),
+                   channels_last=is_channels_last(x), gemm_plane=_gemm_plane(shape_of(x), shape_of(w), y, groups),
+                   variant=_conv_variant(shape_of(w), transposed))
+
+
+def _conv_variant(w: tuple, transposed: bool) -> str:
+    """Cost.variant of a convolution with weight `w`: "transposed" (cuDNN runs it with data-gradient
+    kernels), "1d"/"3d" by its spatial dimensions, "" for a plain 2-D one."""
+    if transposed:
+        return "transposed"
+    dims = len(w) - 2
+    return "" if dims == 2 else f"{dims}d"
+
+
+def _gemm_plane(x: tuple, w: tuple, y: tuple, groups: int) -> int:
+    """Cost.gemm_plane of a convolution from `x` to `y` with weight `w`: H * W when it is a 1x1, ungrouped
+    one that keeps the input's spatial size (a GEMM over the activation as stored), else 0."""
+    plain = groups <= 1 and len(x) > 2 and math.prod(w[2:]) == 1 and tuple(x[2:]) == tuple(y[2:])
+    return math.prod(x[2:]) if plain else 0
+
+
+@register_cost(aten.convolution_backward)
+def _convolution_backward(call: OpCall) -> Cost:
+    grad_out, x, w = call.arg("grad_output"), call.arg("input"), call.arg("weight")
+    transposed, groups = bool(call.arg("transposed")), int(call.arg("groups"))
+    mask = call.arg("output_mask")
+    mnk, g = _conv_gemm(shape_of(x), shape_of(w), shape_of(grad_out), groups, transposed)
+    window = math.prod(shape_of(w)[2:])
+    # Data gradient: M = N*spatial_in, N = Cin/g, K = Cout/g*kernel. Use it as the representative GEMM.
+    m_in = (shape_of(x)[0] * math.prod(shape_of(x)[2:])) if len(shape_of(x)) > 2 else mnk[0]
+    dgrad = (m_in, mnk[2] // max(window, 1), mnk[1] * window)
+    kernels = max(1, sum(bool(v) for v in mask))
+    flops = torch_flops(call)
+    if groups > 1 and mask[1]:
+        flops -= _weight_grad_overcount(grad_out, x, w, groups, transposed)
+    cost = replace(with_gemm(call, "conv", flops, dgrad if mask[0] else mnk, g, kernels),
+                   window=window, channels_last=is_channels_last(x),
+                   gemm_plane=_gemm_plane(shape_of(x), shape_of(w), shape_of(grad_out), groups),
+                   variant=_conv_variant(shape_of(w), transposed))
+    if mask[1] and not transposed and _runs_native_depthwise(shape_of(w), groups, is_channels_last(x)):
+        # PyTorch's own depthwise weight gradient gives each weight a block that reduces over the batch
+        # and the output positions: a row-wise reduction (Cost.row_count / row_len), not a GEMM.
+        cost = replace(cost, row_count=math.prod(shape_of(w)),
+                       row_len=shape_of(grad_out)[0] * math.prod(shape_of(grad_out)[2:]))
+    return cost
+
+
+def _runs_native_depthwise(w: tuple, groups: int, channels_last: bool) -> bool:
+    """Whether PyTorch runs a convolution with weight `w` in its own depthwise kernels rather than cuDNN:
+    2-D, one input channel per group, NCHW data (cuDNN takes channels-last depthwise convolutions)."""
+    return groups > 1 and len(w) == 4 and w[1] == 1 and not channels_last
+
+
+def _weight_grad_overcount(grad_out: Any, x: Any, w: Any, groups: int, transposed: bool) -> float:
+    """What torch's count of a grouped convolution's weight gradient holds too much: torch prices that
+    gradient as a convolution over all input channels, not the Cin/groups each group sees, so a depthwise
+    convolution's weight gradient would count `groups` times the work it does."""
+    t = lambda shape: [shape[1], shape[0], *shape[2:]]  # noqa: E731 (channels <-> batch, as torch does)
+    first, second = (grad_out, x) if transposed else (x, grad_out)
+    weight_grad = conv_flop_count(t(shape_of(first)), t(shape_of(second)), t(shape_of(w)), transposed=False)
+    return weight_grad * (1.0 - 1.0 / groups)
+
+
+# Every convolution backend takes its input and weight (backward: also the output gradient) in one dense
+# memory format: ShuffleNet convolves one half of a channel split, a strided view, and copies it first
+# (forward and backward; the profiler shows the copy inside aten::convolution).
+REGISTRY.stage_contiguous(aten.convolution, aten._convolution, args=("input", "weight"), channels_last_ok=True)
+REGISTRY.stage_contiguous(aten.convolution_backward, args=("grad_output", "input", "weight"), channels_last_ok=True)

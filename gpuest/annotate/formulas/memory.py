@@ -1,0 +1,64 @@
+"""Cost formulas of copies, fills, scatters and data-dependent sizes, host reads of device values, and the
+metadata-only ops (views, allocations) that launch no kernel."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..registry import (
+    Cost, OpCall, by_category, generic_cost, iter_ops, mark_free, register_cost, unique_bytes, with_atomic_adds,
+)
+
+# scatter_add and index_add accumulate by index with atomic adds (their 16-bit cost: formulas.pool).
+register_cost(*iter_ops(["scatter_add", "index_add"]))(with_atomic_adds(by_category("copy")))
+register_cost(*iter_ops([
+    "_to_copy", "copy_", "clone", "cat", "stack", "scatter",
+    "scatter_reduce", "index_put", "index_put_", "_index_put_impl_",
+    "index_copy", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
+    "constant_pad_nd", "reflection_pad2d", "replication_pad2d", "reflection_pad1d", "fill", "fill_",
+    "zero_", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones",
+    "new_full", "arange", "repeat", "flip", "masked_scatter", "_unsafe_view_copy",
+    "select_backward", "slice_backward", "index_select_backward", "unfold_backward", "narrow_copy",
+    "tril_indices", "triu_indices", "_reshape_copy", "expand_copy", "permute_copy", "view_copy",
+    "embedding_renorm_", "eye", "linspace", "scalar_tensor", "_unsafe_masked_index",
+    "_unsafe_masked_index_put_accumulate", "lift_fresh_copy",
+    "randperm", "searchsorted", "bucketize", "one_hot", "_pin_memory", "resize_",
+]))(by_category("copy"))
+
+
+@register_cost(*iter_ops(["roll"]))
+def _roll(call: OpCall) -> Cost:
+    # CUDA's roll shifts one dimension per kernel: a roll over k dimensions (Swin's shifted windows roll
+    # two) recurses dimension by dimension inside the op, k passes over the tensor. Its kernel maps every
+    # element's index on its own, one element per lane (the suite's rolls run at the same element rate in
+    # bf16 as in fp32), like TensorIterator's strided loop: priced as a permuted copy.
+    dims = call.arg("dims")
+    passes = max(len(dims), 1) if isinstance(dims, (list, tuple)) else 1
+    cost = generic_cost(call, category="copy")
+    return replace(cost, bytes_read=cost.bytes_read * passes, bytes_written=cost.bytes_written * passes,
+                   kernels=passes, permuted=True)
+
+
+@register_cost(*iter_ops(["nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive"]))
+def _data_dependent_size(call: OpCall) -> Cost:
+    # The output's size depends on the data: the op counts on the GPU and copies the count to the host,
+    # which waits for it before it can allocate the output and launch the rest.
+    return replace(generic_cost(call, category="copy", kernels=2), host_syncs=1)
+
+
+@register_cost(*iter_ops(["_local_scalar_dense", "item", "is_nonzero", "equal"]))
+def _host_read(call: OpCall) -> Cost:
+    # Reading a GPU value on the host waits for everything queued before it; a CPU tensor's (the
+    # optimizer's step count) is read at once.
+    on_device = any(t.device.type != "cpu" for t in call.inputs)
+    return Cost(0.0, unique_bytes(call.inputs), 0.0, "copy", kernels=0, host_only=True, host_syncs=int(on_device))
+
+
+mark_free(*iter_ops([
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "detach_",
+    "lift_fresh", "alias", "_unsafe_view", "_reshape_alias", "set_", "resolve_conj", "resolve_neg",
+    "_conj", "_neg_view", "conj", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
+    "_assert_tensor_metadata", "_functional_assert_async", "record_stream", "_nested_tensor_size",
+    "as_strided", "unsqueeze_", "squeeze_", "t_", "transpose_", "as_strided_",
+]))
+# Splits that alias their input without view tracking (GRU/LSTM cells on the CPU use them): no kernel.
+mark_free(*iter_ops(["unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk"]))
