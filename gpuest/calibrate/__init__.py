@@ -15,4 +15,4 @@ def __getattr__(name: str):
     if name in ("META_SCHEMA", "ROW_SCHEMA", "CalibrationError", "meta_path", "run_suite"):
         from . import runner
         return getattr(runner, name)
-    raise AttributeError(f"module 'calibration' has no attribute {name!r}")
+    raise AttributeError(f"module 'gpuest.calibrate' has no attribute {name!r}")
