@@ -1,9 +1,5 @@
-"""Rename CPU-only kernels that a CPU trace produces to the kernels the CUDA path runs.
-
-We trace on the CPU (fake tensors, no GPU). Most ATen ops are device-independent at the
-level we record, but a few dispatch to CPU-specific kernels; costs are priced as the CUDA
-kernel, and the node keeps the CPU name in `cpu_op`.
-"""
+"""Name each traced call by the kernel the CUDA path runs (the map: gpuest.annotate.cuda_kernels), choosing
+among CUDA kernels where the arguments decide (SDPA's backend, batch norm's training flag)."""
 from __future__ import annotations
 
 from typing import Any
@@ -11,19 +7,8 @@ from typing import Any
 import torch
 
 from ..annotate.formulas.norm import batch_norm_training
+from ..annotate.cuda_kernels import CUDA_EQUIVALENT, SDPA_CPU, SDPA_CUDA
 from ..annotate.registry import tensors
-
-# CPU kernel -> CUDA kernel, where the choice does not depend on arguments.
-CUDA_EQUIVALENT = {
-    "aten.native_batch_norm.default": "aten.cudnn_batch_norm.default",
-    "aten._native_batch_norm_legit.default": "aten.cudnn_batch_norm.default",
-    "aten._native_batch_norm_legit.no_stats": "aten.cudnn_batch_norm.default",
-    "aten._batch_norm_with_update.default": "aten.cudnn_batch_norm.default",
-    "aten.native_batch_norm_backward.default": "aten.cudnn_batch_norm_backward.default",
-    "aten.batch_norm_backward.default": "aten.cudnn_batch_norm_backward.default",
-    "aten.mkldnn_rnn_layer.default": "aten._cudnn_rnn.default",
-    "aten.mkldnn_rnn_layer_backward.default": "aten._cudnn_rnn_backward.default",
-}
 
 # Batch norm with running statistics (eval) runs cuDNN's inference kernel, a per-channel affine pass;
 # it is named by the ATen op that means exactly that, so it is priced apart from training batch norm.
@@ -31,16 +16,6 @@ BATCH_NORM_EVAL = "aten._native_batch_norm_legit_no_training.default"
 BATCH_NORM_WITH_FLAG = {"aten.native_batch_norm.default", "aten._native_batch_norm_legit.default",
                         "aten.cudnn_batch_norm.default"}
 
-SDPA_CPU = {
-    "aten._scaled_dot_product_flash_attention_for_cpu.default": "forward",
-    "aten._scaled_dot_product_flash_attention_for_cpu_backward.default": "backward",
-}
-SDPA_CUDA = {
-    ("flash", "forward"): "aten._scaled_dot_product_flash_attention.default",
-    ("flash", "backward"): "aten._scaled_dot_product_flash_attention_backward.default",
-    ("efficient", "forward"): "aten._scaled_dot_product_efficient_attention.default",
-    ("efficient", "backward"): "aten._scaled_dot_product_efficient_attention_backward.default",
-}
 FLASH_MAX_HEAD_DIM = 256
 
 

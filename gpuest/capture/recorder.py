@@ -99,6 +99,7 @@ class OpRecorder(TorchDispatchMode):
         # Storage lifetimes; a storage's key may be reused once it dies, so state keyed by it is dropped then.
         self.storages = StorageEvents(self._forget)
         self.early_memory: list[str] = []   # storage events before the first node
+        self._fused_scope = ""                     # the module of the current fused node (a library call)
         self._fused_key: tuple | None = None
         self._fused_seen: set[int] = set()       # storages the current fused node already reads or writes
         self._fused_written: dict[int, float] = {}  # storages it wrote that nothing inside it read yet
@@ -202,8 +203,8 @@ class OpRecorder(TorchDispatchMode):
         top = self._entered[-1]
         return top[len(self.root_prefix):] if top.startswith(self.root_prefix) else ""
 
-    def _fused_op(self, module: str) -> str | None:
-        """The library call a fused module runs as, if `module` lies inside one."""
+    def _fused_call(self, module: str) -> tuple[str, str] | None:
+        """(the fused module's name, the library call it runs as), if `module` lies inside one."""
         if self.phase not in ("forward", "backward"):
             return None    # the loss and the optimizer step run outside any module's library call
         parts = module.split(".") if module else []
@@ -212,8 +213,7 @@ class OpRecorder(TorchDispatchMode):
             mod = self.modules_by_name.get(scope)
             for cls, (fwd, bwd) in FUSED_MODULES.items():
                 if isinstance(mod, cls):
-                    self._fused_scope = scope
-                    return bwd if self.phase == "backward" else fwd
+                    return scope, bwd if self.phase == "backward" else fwd
         return None
 
     def _record(self, call: OpCall, staged_for: str = "") -> None:
@@ -226,7 +226,10 @@ class OpRecorder(TorchDispatchMode):
             self.sdpa_backends.add(backend)
         inputs, outputs = call.inputs, call.outputs
         producers = sorted({self._writer[k] for k in map(storage_key, inputs) if k in self._writer})
-        fused = self._fused_op(module)
+        fused_call = self._fused_call(module)
+        fused = fused_call[1] if fused_call else None
+        if fused_call:
+            self._fused_scope = fused_call[0]
         if fused is not None and cost.category == "view":
             return  # metadata ops inside a library call do not exist on the CUDA path
         if fused is not None:

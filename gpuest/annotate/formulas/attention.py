@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from ..cuda_kernels import SDPA_CPU_PRICED_AS, packet_name
 from ..registry import Cost, OpCall, generic_cost, iter_ops, register_cost, shape_of
 from .gemm import torch_flops, with_gemm
 
@@ -19,12 +20,6 @@ ATTENTION_FORWARD = [
 ]
 ATTENTION_BACKWARD = [name + "_backward" for name in ATTENTION_FORWARD[:3]] + [
     "_flash_attention_backward", "_efficient_attention_backward"]
-# CPU-only kernels carry the formula of the CUDA kernel they stand in for (see capture.normalize).
-CPU_ATTENTION = {
-    "_scaled_dot_product_flash_attention_for_cpu": aten._scaled_dot_product_flash_attention,
-    "_scaled_dot_product_flash_attention_for_cpu_backward": aten._scaled_dot_product_flash_attention_backward,
-}
-
 
 ATTENTION_TILE = 128  # query/key block edge of the flash and memory-efficient kernels
 
@@ -69,9 +64,11 @@ def _attention(call: OpCall, packet: Any, backward: bool) -> Cost:
 for _name in ATTENTION_FORWARD + ATTENTION_BACKWARD:
     for _op in iter_ops([_name]):
         register_cost(_op)(lambda call, _p=_op, _b=_name.endswith("backward"): _attention(call, _p, _b))
-for _name, _cuda in CPU_ATTENTION.items():
-    for _op in iter_ops([_name]):
-        register_cost(_op)(lambda call, _p=_cuda, _b=_name.endswith("backward"): _attention(call, _p, _b))
+# A CPU-only SDPA kernel carries the formula of the CUDA kernel it stands in for (annotate.cuda_kernels).
+for _cpu, _cuda in SDPA_CPU_PRICED_AS.items():
+    for _op in iter_ops([packet_name(_cpu)]):
+        register_cost(_op)(lambda call, _p=getattr(aten, packet_name(_cuda)), _b=_cpu.endswith("backward.default"):
+                           _attention(call, _p, _b))
 
 
 # Inference fast paths of nn.MultiheadAttention / nn.TransformerEncoderLayer (eval, no grad): one ATen op
