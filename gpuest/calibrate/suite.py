@@ -434,7 +434,7 @@ def _attention(out: list[Benchmark]) -> None:
     _attention_more(out)
 
 
-# Session 10: attention had 11 held-out shapes; these add head dims 80-128, sequence lengths that are not
+# Attention had 11 held-out shapes; these add head dims 80-128, sequence lengths that are not
 # a multiple of 64 (ViT-L/384's 577, CLIP's 77, Whisper's 1500) and more batch x heads per SM.
 _ATTENTION_MORE = [(2, 32, 1024, 128), (16, 16, 512, 64), (64, 12, 128, 64), (1, 32, 2048, 128), (8, 12, 384, 64),
                    (4, 16, 1536, 96), (24, 16, 577, 64), (64, 8, 77, 64), (3, 20, 1500, 64)]
@@ -497,19 +497,18 @@ def _rnn(out: list[Benchmark]) -> None:
     for cell in ("lstm", "gru"):
         for seq, batch, fin, hid, layers in configs + (lstm_only if cell == "lstm" else []):
             _rnn_benchmarks(out, cell, seq, batch, fin, hid, layers, False)
-    # (cell, seq, batch, input, hidden, layers, bidirectional). Session 10: rnn had 6 held-out shapes.
-    # Small hidden sizes (whose steps are launch-bound), language and speech models' shapes, and
+    # (cell, seq, batch, input, hidden, layers, bidirectional): small hidden sizes (whose steps are launch-bound), language and speech models' shapes, and
     # bidirectional layers; GRUs kept to few steps (slow CPU traces).
-    session10 = [("lstm", 35, 20, 650, 650, 2, False), ("lstm", 100, 32, 128, 128, 1, False),
+    launch_bound_shapes = [("lstm", 35, 20, 650, 650, 2, False), ("lstm", 100, 32, 128, 128, 1, False),
                  ("lstm", 50, 1, 128, 128, 1, False), ("lstm", 20, 64, 300, 256, 2, False),
                  ("lstm", 64, 32, 256, 256, 1, True), ("lstm", 50, 16, 128, 512, 2, True),
                  ("lstm", 128, 256, 64, 64, 1, False), ("gru", 32, 64, 256, 256, 1, False),
                  ("gru", 50, 1, 128, 128, 1, False), ("gru", 20, 32, 512, 1024, 2, False),
                  ("gru", 24, 16, 128, 256, 1, True)]
-    # Session 13: cuDNN's persistent kernels (one launch per layer, a grid barrier per step) ran for hidden
+    # cuDNN's persistent kernels (one launch per layer, a grid barrier per step) ran for hidden
     # 64 and 128 and cost a GRU step about half an LSTM step of the same width; more hidden sizes (32 to
     # 192, across where cuDNN stops running persistent), batches and depths of both cells.
-    session13 = [
+    persistent_shapes = [
             ("lstm", 64, 8, 32, 32, 1, False), ("lstm", 96, 64, 96, 96, 1, False),
             ("lstm", 48, 16, 160, 160, 1, False), ("lstm", 48, 16, 192, 192, 1, False),
             ("lstm", 200, 4, 64, 64, 2, False), ("lstm", 64, 128, 128, 128, 1, False),
@@ -517,12 +516,12 @@ def _rnn(out: list[Benchmark]) -> None:
             ("gru", 48, 64, 128, 128, 1, False), ("gru", 32, 16, 96, 96, 2, False),
             ("gru", 32, 4, 160, 160, 1, False), ("gru", 32, 32, 32, 32, 1, False),
             ("gru", 40, 256, 64, 64, 1, False), ("gru", 64, 1, 128, 128, 1, True)]
-    for spec in session10 + session13:
+    for spec in launch_bound_shapes + persistent_shapes:
         _rnn_benchmarks(out, *spec)
-    # Session 15: 16-bit layers (bf16 weights; mixed precision runs cuDNN's RNNs in fp16, the same 16-bit
+    # 16-bit layers (bf16 weights; mixed precision runs cuDNN's RNNs in fp16, the same 16-bit
     # fits), of both cells and of widths that run persistent in fp32 and per step; without them the fits
     # extrapolated the fp32 kernels to a mode they never saw.
-    session15 = [
+    sixteen_bit_shapes = [
             ("lstm", 64, 8, 32, 32, 1, False), ("lstm", 50, 1, 128, 128, 1, False),
             ("lstm", 100, 32, 128, 128, 1, False), ("gru", 48, 64, 128, 128, 1, False),
             ("lstm", 200, 4, 64, 64, 2, False), ("gru", 32, 16, 96, 96, 2, False),
@@ -532,7 +531,7 @@ def _rnn(out: list[Benchmark]) -> None:
             ("gru", 32, 64, 256, 256, 1, False), ("gru", 20, 32, 512, 1024, 2, False),
             ("lstm", 64, 32, 256, 256, 1, True), ("lstm", 256, 8, 128, 1024, 1, False),
             ("lstm", 16, 256, 1024, 2048, 1, False), ("gru", 64, 1, 128, 128, 1, True)]
-    for spec in session15:
+    for spec in sixteen_bit_shapes:
         _rnn_benchmarks(out, *spec, dtype="bf16")
     for cell in ("lstm", "gru"):
         # One cuDNN RNN call costs the host far more than one elementwise op (weight and descriptor
@@ -743,7 +742,7 @@ def _colsum(out: list[Benchmark], mode: str, r: int, c: int) -> None:
 
 
 def _reduction_more(out: list[Benchmark]) -> None:
-    """Session 10: row reductions on bf16 data, column sums of more widths, softmax over attention-score
+    """Row reductions on bf16 data, column sums of more widths, softmax over attention-score
     rows (eager attention: 1024, 577 and 256 keys)."""
     for opname, fn in {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax}.items():
         for r, c in [(4096, 4096), (512, 16384), (65536, 256), (1000, 1000)]:
@@ -758,7 +757,7 @@ def _reduction_more(out: list[Benchmark]) -> None:
     for mode in ("fp32", "bf16"):
         for r, c in [(4 * 12 * 1024, 1024), (8 * 16 * 577, 577), (32 * 8 * 256, 256)]:
             _softmax_rows(out, mode, r, c)
-    # Session 11: softmax over the 49 (7x7) keys of Swin's window attention, millions of short odd rows
+    # Softmax over the 49 (7x7) keys of Swin's window attention, millions of short odd rows
     for mode, r in [("fp32", 8192 * 3 * 49), ("fp32", 512 * 12 * 49), ("bf16", 2048 * 6 * 49)]:
         _softmax_rows(out, mode, r, 49)
 
@@ -865,7 +864,7 @@ def _norm(out: list[Benchmark]) -> None:
                             (200704, 96), (802816, 96), (25088, 384), (6272, 768),
                             # rows that are not a multiple of 4 elements take the unvectorised kernels
                             (8192, 75), (4096, 250), (32768, 30), (2048, 1001),
-                            # session 10: transformer widths at more token counts (layer norm's backward
+                            # transformer widths at more token counts (layer norm's backward
                             # had the category's largest held-out error)
                             (8192, 1024), (16384, 768), (2048, 5120), (64 * 197, 768), (50176, 128)]:
             numel = tokens * dim
@@ -997,7 +996,7 @@ def _embedding(out: list[Benchmark]) -> None:
                                      (128256, 2048, 4096, "bf16"), (1000, 256, 65536, "fp32"),
                                      (50257, 768, 512, "fp32"), (100, 512, 16384, "bf16"),
                                      (8192, 128, 262144, "fp32"), (32000, 4096, 2048, "fp32"),
-                                     # session 10: position and token-type tables, short batches (the direct
+                                     # position and token-type tables, short batches (the direct
                                      # backward, <= 3072 indices) and more vocabularies and widths
                                      (512, 768, 8192, "fp32"), (2, 768, 8192, "fp32"), (50257, 768, 16384, "bf16"),
                                      (32000, 4096, 512, "bf16"), (151936, 896, 4096, "bf16"),
@@ -1118,7 +1117,7 @@ def _copy(out: list[Benchmark]) -> None:
 
 
 def _copy_more(out: list[Benchmark]) -> None:
-    """Session 10: copy had 8 held-out shapes. More casts, and layout changes over many channel counts at
+    """Copy had 8 held-out shapes. More casts, and layout changes over many channel counts at
     similar bytes (the NCHW<->NHWC transposes around cuDNN's convolutions depend on the channel count)."""
     for src, dst, numels in [("fp16", "fp32", _NUMELS[1::2]), ("fp32", "bf16", [10 ** 6 + 3, 5 * 10 ** 6 + 3]),
                              ("bf16", "fp16", [2 ** 20, 2 ** 24])]:
@@ -1164,7 +1163,7 @@ def _permuted_copy(out: list[Benchmark], name: str, mode: str, shape: tuple[int,
 
 
 def _copy_network_layouts(out: list[Benchmark]) -> None:
-    """Session 11: the permutations networks copy besides transposes, whose contiguous runs differ: a
+    """The permutations networks copy besides transposes, whose contiguous runs differ: a
     channel shuffle (ShuffleNet: (N, g, C/g, H, W) -> (N, C/g, g, H, W), runs of H * W) and Swin's window
     partition and its reverse ((N, H/w, w, W/w, w, C) <-> (N, H/w, W/w, w, w, C), runs of w * C), and the
     copy a convolution makes of one half of a channel split (ShuffleNet's x.chunk(2, dim=1), runs of C/2 * H * W)."""
@@ -1228,7 +1227,7 @@ def _optimizer(out: list[Benchmark]) -> None:
     for opt_name, states in (("adamw", 4), ("sgd", 3)):
         for count, size in [(10, 2 ** 20), (100, 100_000), (200, 2 ** 20), (1000, 10_000), (50, 4 * 2 ** 20),
                             (150, 65_537), (4, 25_000_000),
-                            # session 10: many small tensors, a few large ones, sizes off the powers of two
+                            # many small tensors, a few large ones, sizes off the powers of two
                             (500, 4096), (60, 3 * 2 ** 20), (300, 300_000), (20, 16 * 2 ** 20)]:
             if opt_name == "sgd" and count in (1000, 150):
                 continue
