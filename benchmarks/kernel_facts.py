@@ -10,7 +10,7 @@ not a multiple of 4 elements, reductions of short rows, few long columns and who
 their roofline, casts that write more than they read, RNN elapsed against device-busy
 time, 1x1 convolutions against the memory roofline per plane size, embedding lookups beyond their
 bytes and the direct embedding backward's time per chunk of indices, bilinear upsampling's serial plane
-walk and its gradient's 16-bit atomics, and the share of VGG-16's bf16 inference spent in the broadcast bias adds after its convolutions.
+walk and its gradient's 16-bit atomics, accumulating index_put's time per dependent update, and the share of VGG-16's bf16 inference spent in the broadcast bias adds after its convolutions.
 """
 from __future__ import annotations
 
@@ -283,6 +283,27 @@ def by_op_leaders(top: int = 3) -> str:
     return "largest ops by input shape (H100-SXM-by-op):\n" + "\n".join(lines)
 
 
+def index_put_chains(rows: dict[str, dict]) -> str:
+    """Accumulating index_put's time per dependent update (ACCUMULATE_UPDATE_S in
+    gpuest/price/device_time.py): per element size, the least-squares slope of time over the balanced
+    run length minus one (suite benchmarks index_put_acc_*, every target row hit indices / rows times)."""
+    out = []
+    for mode in ("fp32", "bf16"):
+        pts = []
+        for name, row in rows.items():
+            m = re.fullmatch(rf"index_put_acc_{mode}_t(\d+)_n(\d+)_w(\d+)", name)
+            if m:
+                t, n = int(m.group(1)), int(m.group(2))
+                pts.append((math.ceil(n / t) - 1, _us(row)))
+        if len(pts) < 2:
+            continue
+        mx = statistics.mean(p[0] for p in pts)
+        my = statistics.mean(p[1] for p in pts)
+        slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+        out.append(f"{mode} {slope:.3f} us/update (n={len(pts)}, {my - slope * mx:.0f} us at no duplicate)")
+    return "accumulating index_put per dependent update: " + ("; ".join(out) or "no data")
+
+
 def main() -> None:
     for gpu in GPUS:
         rows = _rows(gpu)
@@ -291,7 +312,7 @@ def main() -> None:
                      mixed_add(rows),
                      odd_rows(rows), reductions(gpu, rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
                      pointwise_planes(gpu, rows), embedding_lookups(rows), bilinear_upsampling(rows),
-                     rnn_step_times(rows)):
+                     rnn_step_times(rows), index_put_chains(rows)):
             print("  " + line)
     print(persistent_rnn_steps())
     print(per_step_rnn_gemms())

@@ -242,3 +242,41 @@ def test_moe_validation_set_has_a_frozen_seeded_test_share():
         assert len({c.model for c in configs if c.mode == mode}) >= 3
     assert all(c.model[3:] in {s[3:] for s in __import__("gpuest.capture.models", fromlist=["list_models"])
                                .list_models("hf")} for c in configs)
+
+
+class _BiasGather(torch.nn.Module):
+    """An expert bias gathered per routed token (GPT-OSS): its backward accumulates by index."""
+
+    def __init__(self, experts: int, width: int) -> None:
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.zeros(experts, width))
+
+    def forward(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return x + self.bias[idx]
+
+
+def _index_put_nodes(graph) -> list[dict]:
+    return [d for _, d in graph.nodes(data=True) if str(d["op"]).startswith("aten.index_put")]
+
+
+@pytest.mark.parametrize("experts", [4, 16])
+def test_accumulating_index_put_walks_the_balanced_run_of_duplicates(experts):
+    tokens = 512
+    graph = trace(_BiasGather(experts, 64), (torch.randn(tokens, 64), torch.randint(0, experts, (tokens,))),
+                  mode="training", optimizer=None)
+    (node,) = _index_put_nodes(graph)
+    assert node["dependent_updates"] == tokens // experts - 1
+    # the serial chain is priced beyond the op's bytes, and shorter runs cost less
+    est = estimate_graph(graph, gpu="H100-SXM")
+    row = est.per_node.set_index("node").loc[[n for n, d in graph.nodes(data=True) if d is node][0]]
+    assert row["latency_s"] > node["dependent_updates"] * 5e-7
+
+
+def test_index_put_without_accumulate_has_no_chain():
+    graph = trace(_Assign(), (torch.zeros(8, 4), torch.randint(0, 8, (64,)), torch.randn(64, 4)))
+    assert [d["dependent_updates"] for d in _index_put_nodes(graph)] == [0.0]
+
+
+class _Assign(torch.nn.Module):
+    def forward(self, base: torch.Tensor, idx: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten.index_put(base, [idx], values, False)

@@ -91,6 +91,9 @@ class Cost:
         usual one; the residual fit gives a variant with enough benchmarks a fit of its own.
     atomic_adds: the kernel accumulates into its output with atomic adds (a scatter): 16-bit atomic
         adds take about twice the time of fp32 ones (compare-and-swap loops or paired adds).
+    dependent_updates: updates of one output row the kernel makes one after another, each reading what
+        the last one wrote: an index_put that accumulates walks each run of equal indices with one warp
+        (Indexing.cu, indexing_backward_kernel), so its longest run is a serial chain whatever the GPU's width.
     """
 
     flops: float
@@ -122,6 +125,7 @@ class Cost:
     serial_steps: float = 0.0
     variant: str = ""
     atomic_adds: bool = False
+    dependent_updates: float = 0.0
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:

@@ -1203,6 +1203,44 @@ def _copy_network_layouts(out: list[Benchmark]) -> None:
                              build_roll, est_ms=_est(0, 2.0 * len(dims) * dt.itemsize * n * hw * hw * c)))
 
 
+# (target rows, indices, row width): index_put with accumulate=True, balanced duplicates (indices / rows
+# per target row). The sort-based kernel walks each run of equal indices with one warp, so a few rows
+# hit by many indices (an MoE's expert biases: 16 rows, 8192 indices) take a serial chain of updates.
+INDEX_PUT_ACCUMULATE_SHAPES = [
+    (16, 8192, 1024), (16, 8192, 4096), (64, 8192, 1024), (16, 32768, 256), (128, 65536, 512),
+    (4096, 16384, 1024), (32768, 32768, 256), (8, 4096, 2880),
+]
+
+
+def _index_put_accumulate(out: list[Benchmark], mode: str, targets: int, n_idx: int, width: int) -> None:
+    """torch.index_put(zeros(targets, width), (idx,), values, accumulate=True), idx a shuffled balanced
+    draw: every target row receives n_idx / targets of the values."""
+    dt = DTYPES[mode]
+
+    def build(device: torch.device, seed: int) -> Built:
+        t, n, w = _d(targets, device, 4), _d(n_idx, device), _d(width, device)
+
+        def make_set(i: int) -> tuple:
+            order = torch.randperm(n, device=device, generator=_gen(device, seed, i))
+            return (torch.zeros((t, w), dtype=dt, device=device), order % t,
+                    _randn((n, w), dt, device, seed, 100 + i))
+
+        def fn(base: torch.Tensor, idx: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+            return torch.ops.aten.index_put(base, [idx], values, True)
+        return Built(fn, make_set)
+    nbytes = dt.itemsize * (2.0 * targets * width + n_idx * width) + 16.0 * n_idx
+    out.append(Benchmark(f"index_put_acc_{mode}_t{targets}_n{n_idx}_w{width}", "copy",
+                         {"op": "index_put", "accumulate": True, "dtype": mode, "targets": targets,
+                          "indices": n_idx, "width": width},
+                         build, est_ms=_est(0, nbytes) + 4e-3 * n_idx / targets))
+
+
+def _index_put(out: list[Benchmark]) -> None:
+    for mode in ("fp32", "bf16"):
+        for targets, n_idx, width in INDEX_PUT_ACCUMULATE_SHAPES:
+            _index_put_accumulate(out, mode, targets, n_idx, width)
+
+
 # ---------------------------------------------------------------- optimizers
 
 class _Params(torch.nn.Module):
@@ -1396,7 +1434,7 @@ def all_benchmarks(categories: Iterable[str] | None = None) -> list[Benchmark]:
     """
     grid: list[Benchmark] = []
     for family in (_matmul, _conv, _attention, _rnn, _elementwise, _activations_in_place, _reduction, _norm, _pool,
-                   _embedding, _copy, _optimizer, _probes, _nhwc_spatial):
+                   _embedding, _copy, _optimizer, _probes, _nhwc_spatial, _index_put):
         family(grid)
     grid += _fp16_twins(grid)
     by_cat: dict[str, list[Benchmark]] = {}

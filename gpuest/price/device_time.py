@@ -42,6 +42,10 @@ ATTENTION_CTAS_PER_SM = 2
 # profiles' fitted persistent_step_s + spilled_step_s over persistent_step_s). The fit prices both
 # shares per serial step.
 PERSISTENT_REGISTER_STEPS = 0.75
+# An accumulating index_put walks each run of equal indices in turn, every update reading the row the
+# last one wrote (Cost.dependent_updates): on the H100 0.67 us per update in fp32 and 1.00 in bf16 over
+# run lengths 3-2047 (python3 benchmarks/kernel_facts.py), 10-20x an MoE expert bias's bytes.
+ACCUMULATE_UPDATE_S = {"32-bit": 6.7e-7, "16-bit": 1.0e-6}
 # The fitted correction never makes an op faster than its roofline at catalogue peaks (a physical
 # bound for DRAM-resident data), nor more than 500x slower (a one-row layer norm of a few KB takes ~100x its
 # roofline; fits stay inside their data's feature range in any case). The one exception to the first:
@@ -148,6 +152,13 @@ def persistent_step_time_s(table: NodeTable, grid_sync_s: float, step_s: float, 
     return table.grid_syncs * grid_sync_s + serial * step_s + spilled * spilled_s
 
 
+def dependent_update_time_s(table: NodeTable) -> np.ndarray:
+    """Device time (s) of each node's serial chain of read-modify-writes (Cost.dependent_updates)."""
+    per_update = np.where(np.isin(table.math_mode, ["bf16", "fp16", "fp8"]),
+                          ACCUMULATE_UPDATE_S["16-bit"], ACCUMULATE_UPDATE_S["32-bit"])
+    return table.dependent_updates * per_update
+
+
 def dram_floor_s(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
     """Seconds per node for the bytes that must cross the DRAM interface at catalogue bandwidth: all
     but an output small enough to stay in L2 (L2_ABSORBED_SHARE of it)."""
@@ -246,7 +257,8 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
         "host_sync_s", "grid_sync_s", "persistent_step_s", "spilled_step_s"))
     kernels = table.kernels + launches.memsets
     latency = np.where(active, kernels * lat_per_kernel + table.host_syncs * sync_s
-                       + persistent_step_time_s(table, grid_s, step_s, spilled_s), 0.0)
+                       + persistent_step_time_s(table, grid_s, step_s, spilled_s)
+                       + dependent_update_time_s(table), 0.0)
     corrected = np.where(active, roof * np.exp(log_eff), 0.0)
     device = latency + corrected
     bound = np.where(~active, "none", np.where(latency > corrected, "latency",

@@ -52,6 +52,7 @@ class NodeTable:
     serial_steps: np.ndarray  # memory round trips its kernel makes one after another
     fit_op: np.ndarray        # str: the op qualified by its kernel variant (Cost.variant), as fits key it
     atomic_adds: np.ndarray   # bool: accumulates into its output with atomic adds (a scatter)
+    dependent_updates: np.ndarray  # serial read-modify-writes of one output row (Cost.dependent_updates)
     free: np.ndarray          # bool: metadata-only, no kernel, no host dispatch worth pricing
     host_only: np.ndarray     # bool: runs on the CPU only
     supported: np.ndarray     # bool

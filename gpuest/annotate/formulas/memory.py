@@ -2,7 +2,10 @@
 metadata-only ops (views, allocations) that launch no kernel."""
 from __future__ import annotations
 
+import math
 from dataclasses import replace
+
+import torch
 
 from ..registry import (
     Cost, OpCall, by_category, generic_cost, iter_ops, mark_free, register_cost, unique_bytes, with_atomic_adds,
@@ -12,7 +15,7 @@ from ..registry import (
 register_cost(*iter_ops(["scatter_add", "index_add"]))(with_atomic_adds(by_category("copy")))
 register_cost(*iter_ops([
     "_to_copy", "copy_", "clone", "cat", "stack", "scatter",
-    "scatter_reduce", "index_put", "index_put_", "_index_put_impl_",
+    "scatter_reduce",
     "index_copy", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
     "constant_pad_nd", "reflection_pad2d", "replication_pad2d", "reflection_pad1d", "fill", "fill_",
     "zero_", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones",
@@ -62,3 +65,20 @@ mark_free(*iter_ops([
 ]))
 # Splits that alias their input without view tracking (GRU/LSTM cells on the CPU use them): no kernel.
 mark_free(*iter_ops(["unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk"]))
+
+
+@register_cost(*iter_ops(["index_put", "index_put_", "_index_put_impl_"]))
+def _index_put(call: OpCall) -> Cost:
+    # With accumulate=True, CUDA sorts the indices and one warp walks each run of equal ones, adding its
+    # values into the row in turn (Indexing.cu). The runs' lengths depend on the data; priced at the
+    # balanced share, indices / rows indexed, which the longest run can never be shorter than.
+    cost = generic_cost(call, category="copy")
+    if not call.arg("accumulate"):
+        return cost
+    target, index_list = call.first_arg, list(call.arg("indices"))
+    indices = [t for t in index_list if t is not None]
+    if not indices or any(t.dtype == torch.bool for t in indices):
+        return cost  # a mask selects each position at most once
+    n_idx = math.prod(torch.broadcast_shapes(*(t.shape for t in indices)))
+    positions = math.prod(target.shape[d] for d, t in enumerate(index_list) if t is not None)
+    return replace(cost, dependent_updates=float(max(math.ceil(n_idx / max(positions, 1)) - 1, 0)))
