@@ -280,3 +280,26 @@ def test_index_put_without_accumulate_has_no_chain():
 class _Assign(torch.nn.Module):
     def forward(self, base: torch.Tensor, idx: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         return torch.ops.aten.index_put(base, [idx], values, False)
+
+
+def test_measured_routing_averages_each_decisions_shares_hottest_first():
+    from gpuest.evaluate.accuracy import measured_routing
+    row = {"routing_counts": [[0, 30, 10, 0], [10, 0, 0, 30], [0, 0, 0, 0]]}
+    shares = measured_routing(row)
+    assert shares == pytest.approx((0.75, 0.25, 0.0, 0.0))
+    assert measured_routing({}) is None
+    # the shares are a routing assumption the trace accepts
+    assert parse_routing(list(shares)).kind == "fractions"
+
+
+def test_validation_records_the_routing_a_step_ran():
+    from gpuest.calibrate.validate import routing_counts
+    loaded = load_model("hf:mixtral-0.6b", batch=1, seq=16, device="cpu")
+
+    def step():
+        with torch.no_grad():
+            loaded.model(**loaded.example_inputs)
+    counts = routing_counts(step)
+    config = loaded.model.config
+    assert len(counts) == config.num_hidden_layers
+    assert all(len(c) == config.num_local_experts and sum(c) == 16 * config.num_experts_per_tok for c in counts)

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .timing import is_device_work, is_gpu_event, union_length
 
@@ -412,6 +413,39 @@ def profile_iterations(step: Callable[[], None], n: int, device: torch.device, *
 
 # ================================================================== one config
 
+# A top-k over at most this many choices, taken per token (a 2-D index result), is a routing decision.
+MAX_ROUTED_EXPERTS = 1024
+
+
+class _TopkCounts(TorchDispatchMode):
+    """Counts, per top-k routing decision of the steps run under it, how many slots each expert got."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: list[list[int]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func is torch.ops.aten.topk.default:
+            x, k = args[0], args[1]
+            dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
+            choices, indices = x.shape[dim], out[1]
+            if indices.dim() == 2 and 1 <= k < choices <= MAX_ROUTED_EXPERTS:
+                self.counts.append(torch.bincount(indices.flatten(), minlength=choices).tolist())
+        return out
+
+
+def routing_counts(step: Callable[[], None]) -> list[list[int]]:
+    """One more step, recording each routing decision's slots per expert (a mixture-of-experts model's
+    top-k over its router): the routing the measured steps ran, which a balanced assumption need not match
+    (randomly initialised routers send tokens unevenly)."""
+    recorder = _TopkCounts()
+    with recorder:
+        step()
+    return recorder.counts
+
+
 def measure_config(cfg: ValidationConfig, ctx: RunContext) -> dict[str, Any]:
     """Build, warm up and measure one config; returns the measured fields of its row."""
     weight_dtype, _ = _precision(cfg.precision)
@@ -448,6 +482,8 @@ def measure_config(cfg: ValidationConfig, ctx: RunContext) -> dict[str, Any]:
         res.update(measure_energy(step, timer, ctx, wall))
         if ctx.device.type == "cuda":
             res["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(ctx.device))
+        if cfg.family == "moe":  # after the timed steps: recording reads values to the host
+            res["routing_counts"] = routing_counts(step)
         res["build_s"] = build_s
     finally:
         del step, opt

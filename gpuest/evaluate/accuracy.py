@@ -121,20 +121,34 @@ def cross_profiles() -> dict[str, tuple[str, str]]:
 
 # ================================================================== predicting
 
+def measured_routing(row: dict[str, Any]) -> tuple[float, ...] | None:
+    """The expert shares a mixture-of-experts row's steps routed (its `routing_counts`, one list of slots
+    per expert and routing decision): each decision's shares sorted hottest first, averaged over the
+    decisions, since experts are alike in cost and only how unevenly they are loaded matters. None for
+    rows that recorded no routing (dense models, MoE rows measured before it was recorded)."""
+    counts = [np.sort(np.asarray(c, dtype=float))[::-1] for c in row.get("routing_counts") or [] if sum(c) > 0]
+    if not counts or len({len(c) for c in counts}) != 1:
+        return None
+    shares = np.mean([c / c.sum() for c in counts], axis=0)
+    return tuple(float(v) for v in shares / shares.sum())
+
+
 def trace_key(row: dict[str, Any]) -> tuple:
     """The arguments of trace_config that a validation row was measured with."""
     return (row["model"], int(row["batch"]), row.get("seq"), row.get("image_size"), row["mode"], row["precision"],
-            row.get("optimizer") or "adamw", row.get("memory_format") or "contiguous")
+            row.get("optimizer") or "adamw", row.get("memory_format") or "contiguous", measured_routing(row))
 
 
 def trace_config(model: str, batch: int, seq: int | None, image_size: int | None, mode: str, precision: str,
-                 optimizer: str = "adamw", memory_format: str = "contiguous") -> Any:
+                 optimizer: str = "adamw", memory_format: str = "contiguous",
+                 routing: tuple[float, ...] | None = None) -> Any:
+    """Trace a validation config on the meta device; routing: expert shares (None: balanced)."""
     from ..capture.models import load_model
     from ..capture.trace import trace
     loaded = load_model(model, batch=batch, seq=seq, image_size=image_size, device="meta",
                         memory_format=memory_format)
     return trace(loaded.model, loaded.example_inputs, mode=mode, precision=precision, optimizer=optimizer,
-                 name=loaded.name, batch=loaded.batch)
+                 name=loaded.name, batch=loaded.batch, routing=list(routing) if routing else "balanced")
 
 
 def _predict_group(tkey: tuple, items: list[tuple[int, str, str, Any, bool]]) -> dict[str, Any]:

@@ -38,7 +38,8 @@ def fingerprint(tkey: tuple, gpus: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def config_name(tkey: tuple) -> str:
-    return "|".join(map(str, tkey))
+    """model|batch|seq|image_size|mode|precision|optimizer|memory_format, then the measured routing if any."""
+    return "|".join(map(str, tkey if tkey[-1] is not None else tkey[:-1]))
 
 
 def main(argv: list[str] | None = None) -> int:
