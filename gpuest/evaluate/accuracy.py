@@ -386,7 +386,13 @@ def test_split_summary(df: pd.DataFrame) -> dict[str, Any]:
         aims.append({"aim": name, "target_pct": target, "mape_pct": mape, "n": int(len(ape)),
                      "met": None if mape is None else mape <= target})
     outside = test[(test["ratio"] < RATIO_BOUNDS[0]) | (test["ratio"] > RATIO_BOUNDS[1])]
-    return {"n_configs": int(len(test)), "n_models": int(test["model"].nunique()), "aims": aims,
+    by_set = []
+    for name, sub in test.groupby(test["set"].fillna("").replace("", "validation")):
+        bound = sub.loc[sub["gpu_bound"], "ape_device_time"].dropna()
+        by_set.append({"set": name, "n_configs": int(len(sub)), "n_models": int(sub["model"].nunique()),
+                       "device_mape_pct": float(bound.mean()) if len(bound) else None, "n_gpu_bound": int(len(bound)),
+                       "outside_bounds": int(((sub["ratio"] < RATIO_BOUNDS[0]) | (sub["ratio"] > RATIO_BOUNDS[1])).sum())})
+    return {"n_configs": int(len(test)), "n_models": int(test["model"].nunique()), "aims": aims, "by_set": by_set,
             "outside_bounds": int(len(outside)), "worst_test": worst(test), "worst_all": worst(cal),
             "all_outside_bounds": int(((cal["ratio"] < RATIO_BOUNDS[0]) | (cal["ratio"] > RATIO_BOUNDS[1])).sum())}
 

@@ -77,6 +77,13 @@ def test_split_markdown(df: pd.DataFrame) -> list[str]:
     rows.append([f"predicted / measured device time within [{RATIO_BOUNDS[0]:g}, {RATIO_BOUNDS[1]:g}]", "every config",
                  f"{t['outside_bounds']} outside", t["n_configs"], "**met**" if not t["outside_bounds"] else "**not met**"])
     L += [_md_table(["aim", "target", "MAPE", "n", "status"], rows), ""]
+    if len(t["by_set"]) > 1:
+        L += ["By validation set (`generalisation`: new dense families and recipes; `moe`: mixture-of-experts "
+              "models, priced with the routing each measured step ran):", "",
+              _md_table(["set", "models", "configs", "GPU-bound device time MAPE", "GPU-bound configs",
+                         f"outside [{RATIO_BOUNDS[0]:g}, {RATIO_BOUNDS[1]:g}]"],
+                        [[b["set"], b["n_models"], b["n_configs"], _pct(b["device_mape_pct"]), b["n_gpu_bound"],
+                          b["outside_bounds"]] for b in t["by_set"]]), ""]
     for title, frame in ((f"Worst {WORST_SHOWN} test configs by predicted / measured device time", t["worst_test"]),
                          (f"Worst {WORST_SHOWN} configs of all rows by the same ratio "
                           f"({t['all_outside_bounds']} outside [{RATIO_BOUNDS[0]:g}, {RATIO_BOUNDS[1]:g}])",
