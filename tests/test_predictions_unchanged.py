@@ -3,6 +3,7 @@
 for every config; regenerate it with that command when a change is meant to move predictions)."""
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -16,9 +17,9 @@ SAMPLE_EVERY = 40     # every 40th config (by name): CNNs, transformers, RNNs, H
 
 @pytest.mark.parametrize("name", sorted(STORED)[::SAMPLE_EVERY])
 def test_predictions_equal_the_fingerprint(name):
-    model, batch, seq, image_size, mode, precision, optimizer, memory_format = name.split("|")
+    model, batch, seq, image_size, mode, precision, optimizer, memory_format, *routing = name.split("|")
     key = (model, int(batch), None if seq == "None" else int(seq), None if image_size == "None" else int(image_size),
-           mode, precision, optimizer, memory_format)
+           mode, precision, optimizer, memory_format, ast.literal_eval(routing[0]) if routing else None)
     now = fingerprint(key, sorted(STORED[name]))
     for gpu, values in STORED[name].items():
         for field in FIELDS:
