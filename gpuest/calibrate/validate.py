@@ -413,34 +413,40 @@ def profile_iterations(step: Callable[[], None], n: int, device: torch.device, *
 
 # ================================================================== one config
 
-# A top-k over at most this many choices, taken per token (a 2-D index result), is a routing decision.
+# A routing decision (capture.routing.ROUTING_DECISIONS: a top-k, or an argmax of top-1 routers) over at
+# most this many choices; wider ones pick tokens, not experts.
 MAX_ROUTED_EXPERTS = 1024
 
 
-class _TopkCounts(TorchDispatchMode):
-    """Counts, per top-k routing decision of the steps run under it, how many slots each expert got."""
+class _RoutingCounts(TorchDispatchMode):
+    """Counts, per routing decision of the steps run under it, how many slots each expert got: the ops
+    and arguments the trace gives values to (capture.routing), read here from the GPU's own values."""
 
-    def __init__(self) -> None:
+    def __init__(self, decisions: dict[Any, tuple[int, Callable[[tuple, dict], tuple[int, int, bool]]]]) -> None:
         super().__init__()
+        self.decisions = decisions
         self.counts: list[list[int]] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func is torch.ops.aten.topk.default:
-            x, k = args[0], args[1]
-            dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
-            choices, indices = x.shape[dim], out[1]
-            if indices.dim() == 2 and 1 <= k < choices <= MAX_ROUTED_EXPERTS:
-                self.counts.append(torch.bincount(indices.flatten(), minlength=choices).tolist())
+        decision = self.decisions.get(func)
+        if decision is not None and args[0].dim():
+            position, parse = decision
+            _, dim, _ = parse(args, kwargs)
+            experts = int(args[0].shape[dim])
+            indices = out[position] if isinstance(out, (tuple, list)) else out
+            if 2 <= experts <= MAX_ROUTED_EXPERTS:
+                self.counts.append(torch.bincount(indices.flatten(), minlength=experts).tolist())
         return out
 
 
 def routing_counts(step: Callable[[], None]) -> list[list[int]]:
     """One more step, recording each routing decision's slots per expert (a mixture-of-experts model's
-    top-k over its router): the routing the measured steps ran, which a balanced assumption need not match
+    top-k or argmax over its router): the routing the measured steps ran, which a balanced assumption need not match
     (randomly initialised routers send tokens unevenly)."""
-    recorder = _TopkCounts()
+    from ..capture.routing import ROUTING_DECISIONS
+    recorder = _RoutingCounts(ROUTING_DECISIONS)
     with recorder:
         step()
     return recorder.counts
