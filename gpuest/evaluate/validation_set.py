@@ -276,6 +276,9 @@ _MOE: list[tuple[str, int, int, str, str]] = [
 ]
 # The frozen test share of the MoE set, drawn (by config key) before any of it was measured:
 # random.Random(MOE_TEST_SEED).sample of a third of its configs. Never fit, tune or choose anything on them.
+# Not blind since 2026-11-26: the per-op profiles of gpt-oss training and mixtral b8 inference were read
+# while finding the accumulating index_put's serial chain and transformers 5.17's extra masks (its constant
+# comes from suite benchmarks; nothing was fitted on them), so their errors no longer test unseen behaviour.
 MOE_TEST_SEED = 20261126
 MOE_TEST_KEYS = ("hf:gpt-oss-0.5b|b2|s1024|training|bf16", "hf:mixtral-0.6b|b4|s1024|training|bf16-mixed",
                  "hf:mixtral-0.6b|b8|s1024|inference|bf16", "hf:qwen2-moe-0.5b|b4|s1024|training|bf16-mixed")
