@@ -22,8 +22,8 @@ PROFILE_DIR = Path(__file__).parent / "profiles"
 MODE_KEY_SEP = "@"
 # Math modes that share one fit: fp16 and bf16 run the same tensor-core kernels at the same peak (the
 # suite's fp16 and bf16 attention and GEMM benchmarks of one shape take the same time within a few %),
-# so pooling them doubles the rows behind each 16-bit fit (5-fold cross-validation, mean of the H100 and
-# H200 medians: attention 10.3 -> 6.5 %, matmul 10.4 -> 8.3 %; benchmarks/cross_validate.py).
+# so pooling them doubles the rows behind each 16-bit fit (kept by 5-fold cross-validation,
+# benchmarks/cross_validate.py; docs/CV_HISTORY.md).
 MODE_FIT_FAMILY = {"fp16": "16bit", "bf16": "16bit"}
 
 

@@ -55,9 +55,7 @@ TINY_FLOPS = 1e5
 # Measured time left after the fixed costs (kernel latency, synchronisations, persistent steps), as a
 # floor fraction of the measured time: a benchmark its fixed costs explain all but noise of must leave
 # the residual fit little to price (at 0.2 the fit added a fifth of such a persistent RNN's time back;
-# 5-fold cross-validation, H100/H200 medians: rnn 17.5/16.6 -> 14.1/13.8 %, elementwise 8.9/7.3 ->
-# 8.2/7.1 %, embedding 11.6/12.0 -> 9.6/10.4 %, but copy 5.7/6.1 -> 7.7/8.1 %; mean of the category
-# medians 8.6/8.5 -> 8.2/8.3 %; 0.1 did worse, 0.03 no better; benchmarks/cross_validate.py).
+# 0.05 chosen by 5-fold cross-validation, benchmarks/cross_validate.py; docs/CV_HISTORY.md).
 MIN_RESIDUAL_SHARE = 0.05
 HOST_BOUND_MARGIN = 1.5        # measured / host dispatch cost below which a timing is host-limited
 HOST_PACED_MARGIN = 1.5         # elapsed / device-busy above which a host-paced row measured the host

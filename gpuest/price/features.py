@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from .reduce_launch import NodeLaunches
 
 # Bytes per element of a math mode's operands, and the bytes of one filter tap's input channels from
-# which a tensor-core convolution's gather stops mattering (chosen by 5-fold cross-validation: 512 B
-# did best, 128, 256, 768 B and 1 KB 0.4-1.4 points worse in the conv median).
+# which a tensor-core convolution's gather stops mattering (chosen by 5-fold cross-validation,
+# benchmarks/cross_validate.py; the figures of that choice: docs/CV_HISTORY.md).
 MODE_ELEMENT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}
 TAP_BYTES_REF = 512.0
 GEMM_TILE = 128                       # output tile edge of the tensor-core GEMM kernels that dominate
@@ -34,9 +34,7 @@ GEMM_TILE = 128                       # output tile edge of the tensor-core GEMM
 # roofline time there before, which made a batch-32 convolution's backward slower per FLOP than its
 # batch-128 one, as smaller ones are, where both run many waves at the same rate. 5-fold
 # cross-validation (benchmarks/cross_validate.py) chose 10 waves over 3 and 30, and the one column over
-# a column of its own for the waves (mean of the category medians
-# H100/H200 8.02/8.29 -> 7.78/8.09 %: attention 8.1/6.8 -> 6.9/5.4 %, matmul 8.7/7.8 -> 7.3/7.8 %, conv
-# 10.2/11.3 -> 10.2/10.6 %; 3 waves gave 7.90/8.35 %, 30 waves 7.84/8.33 %, a column of its own 7.87/8.24 %).
+# a column of its own for the waves (docs/CV_HISTORY.md).
 TILE_WAVES_STEADY = 10.0
 TILED_CATEGORIES = ("matmul", "conv", "attention")
 # cuBLAS splits a GEMM with fewer output tiles than SMs and a deep K along K over more CTAs (split-K and
@@ -59,7 +57,7 @@ NARROW_DIM = 64
 # per SM to keep enough loads in flight: batch norm over 128 channels takes 1.9x the time of 256
 # channels of the same bytes (ResNet-50's by-op kernel profile). TensorIterator's reductions split few,
 # long rows over several blocks, so their rows are counted against the SMs alone. 4 was chosen by
-# benchmarks/cross_validate.py (norm 13.7/13.4 % -> 10.4/11.3 % with log_row_segment, H100/H200).
+# benchmarks/cross_validate.py (docs/CV_HISTORY.md).
 # log_row_segment = log2(contiguous run / ROW_SEGMENT_REF), capped at 0, is for rows made of strided
 # runs: batch norm over NCHW planes reads 7x7 planes at about a third of the bandwidth of 14x14, and a
 # column reduction (dim 0) runs another kernel strategy than a row reduction of the same shape.
@@ -67,8 +65,7 @@ NARROW_DIM = 64
 # cost of each row against the time the bytes and the kernel's own fixed cost take (a 16384 x 64 layer norm
 # runs at a tenth of the bandwidth). A norm gives each row a block; a TensorIterator reduction of short
 # contiguous rows gives each a warp (a 1048576 x 32 sum takes 5.4x its roofline on the H100, a 65536 x 49
-# mean 4.6x: benchmarks/kernel_facts.py; benchmarks/cross_validate.py: reduction 11.3/11.6 -> 9.0/10.3 %, norm
-# 9.8/10.0 -> 9.6/9.9 %, H100/H200).
+# mean 4.6x: benchmarks/kernel_facts.py; kept by benchmarks/cross_validate.py, docs/CV_HISTORY.md).
 ROW_LEN_REF = 1024
 ROW_BLOCKS_PER_SM = {"norm": 4.0}
 ROW_SEGMENT_REF = 256
@@ -76,15 +73,15 @@ BROADCAST_RUN_REF = 256
 ROW_OVERHEAD_S = {"norm": 1e-7, "reduction": 3e-8}
 # One serial step: a round trip to memory that a kernel waits on before its next (a split reduction's
 # global-memory finish adds partial results in turn; Cost.serial_steps); log_serial_steps =
-# log(1 + steps * SERIAL_STEP_S / (roofline + OVERHEAD_SCALE_S)). benchmarks/cross_validate.py with the
-# launch features (fill, memset, tail): reduction 9.0/10.3 -> 7.4/8.5 %, H100/H200.
+# log(1 + steps * SERIAL_STEP_S / (roofline + OVERHEAD_SCALE_S)), kept with the launch features (fill,
+# memset, tail) by benchmarks/cross_validate.py (docs/CV_HISTORY.md).
 SERIAL_STEP_S = 2.5e-7
 # A table lookup (Cost.table_lookup) moves one element per thread and finds each element's source row:
 # GATHER_ELEMENT_S per element and GATHER_ROW_S per looked-up row, per SM, bound it where its bytes do
 # not (short rows, or a table that stays in cache: 17 MB looked up from a 100-row table take longer than
 # from a 30522-row one, and 128-wide fp32 rows go at 1.6 G rows/s on the H100; benchmarks/kernel_facts.py).
-# log_gather_bound = log(max(that bound, dram_floor_s) / roofline). benchmarks/cross_validate.py, with the
-# serial chunks of the direct embedding backward (Cost.serial_steps): embedding 16.5/15.1 -> 10.4/12.0 %.
+# log_gather_bound = log(max(that bound, dram_floor_s) / roofline), kept with the serial chunks of the
+# direct embedding backward (Cost.serial_steps) by benchmarks/cross_validate.py (docs/CV_HISTORY.md).
 GATHER_ELEMENT_S = 1.2e-10
 GATHER_ROW_S = 6e-8
 ROW_VECTOR = 4

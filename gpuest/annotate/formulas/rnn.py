@@ -31,16 +31,13 @@ PERSISTENT_STEP_WEIGHTS = 65536
 # of dependent loads, not its FLOPs or bytes (on the H100 a 20 x 2600 x 650 TF32 step GEMM took 10.8 us and
 # a 128 x 2048 x 512 one 5.6 us; in bf16 the first took 6.1 us and the backward's 20 x 650 x 2600 one, four
 # times as deep with as many weights, 7.6 us: benchmarks/kernel_facts.py). Each RNN_STEP_K_DEPTH of the
-# hidden size counts as a serial
-# step (Cost.serial_steps), forward and backward (5-fold cross-validation,
-# benchmarks/cross_validate.py, rnn median H100/H200: 9.6/8.4 % at 128, 9.7/9.4 % at 64, 9.3/8.9 % at 256;
-# gates x hidden for the backward's deeper data-gradient GEMM gave 10.1/9.0 %).
+# hidden size counts as a serial step (Cost.serial_steps), forward and backward (chosen by 5-fold
+# cross-validation, benchmarks/cross_validate.py; docs/CV_HISTORY.md).
 RNN_STEP_K_DEPTH = 128
 # Launch latencies a per-step layer exposes per step: its GEMM and its cell kernel, which cuDNN's host
 # loop enqueues right behind the GEMM (a bf16 LSTM of hidden 32 took 4.2 us a step on the H100,
-# benchmarks/kernel_facts.py, under the profiles' two kernel latencies of 2.4 us). 5-fold cross-validation chose 1.5 over 1 and 2
-# (rnn median
-# H100/H200 9.6/8.4 % against 11.9/10.6 % at 1 and 12.6/12.8 % at 2).
+# benchmarks/kernel_facts.py, under the profiles' two kernel latencies of 2.4 us). 5-fold cross-validation
+# chose 1.5 over 1 and 2 (benchmarks/cross_validate.py; docs/CV_HISTORY.md).
 RNN_STEP_LAUNCHES = 1.5
 
 
