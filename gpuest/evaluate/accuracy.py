@@ -387,7 +387,8 @@ def test_split_summary(df: pd.DataFrame) -> dict[str, Any]:
                      "met": None if mape is None else mape <= target})
     outside = test[(test["ratio"] < RATIO_BOUNDS[0]) | (test["ratio"] > RATIO_BOUNDS[1])]
     by_set = []
-    for name, sub in test.groupby(test["set"].fillna("").replace("", "validation")):
+    sets = test["set"] if "set" in test else pd.Series("", index=test.index)
+    for name, sub in test.groupby(sets.fillna("").replace("", "validation")):
         bound = sub.loc[sub["gpu_bound"], "ape_device_time"].dropna()
         by_set.append({"set": name, "n_configs": int(len(sub)), "n_models": int(sub["model"].nunique()),
                        "device_mape_pct": float(bound.mean()) if len(bound) else None, "n_gpu_bound": int(len(bound)),
