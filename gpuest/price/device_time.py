@@ -154,7 +154,7 @@ def persistent_step_time_s(table: NodeTable, grid_sync_s: float, step_s: float, 
 
 def dependent_update_time_s(table: NodeTable) -> np.ndarray:
     """Device time (s) of each node's serial chain of read-modify-writes (Cost.dependent_updates)."""
-    per_update = np.where(np.isin(table.math_mode, ["bf16", "fp16", "fp8"]),
+    per_update = np.where(table.low_precision(),
                           ACCUMULATE_UPDATE_S["16-bit"], ACCUMULATE_UPDATE_S["32-bit"])
     return table.dependent_updates * per_update
 

@@ -145,7 +145,7 @@ class FeatureInputs:
 
     @cached_property
     def lowp_data(self) -> np.ndarray:
-        return np.isin(self.table.math_mode, ["bf16", "fp16", "fp8"])
+        return self.table.low_precision()
 
     @cached_property
     def permuted(self) -> np.ndarray:

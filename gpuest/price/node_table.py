@@ -17,6 +17,7 @@ from .arrays import map_values
 REQUIRED_NODE_ATTRS = ("op", "category", "phase", "flops", "bytes_read", "bytes_written", "math_mode",
                        "kernels", "free", "host_only")
 PHASES = ("forward", "loss", "backward", "optimizer")
+LOW_PRECISION_MODES = ("bf16", "fp16", "fp8")   # math modes of nodes whose data is under 32 bits
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,10 @@ class NodeTable:
 
     def __len__(self) -> int:
         return len(self.op)
+
+    def low_precision(self) -> np.ndarray:
+        """bool per node: its data is 16-bit or narrower (LOW_PRECISION_MODES)."""
+        return np.isin(self.math_mode, LOW_PRECISION_MODES)
 
     def map_category(self, values: Mapping[str, float], default: float) -> np.ndarray:
         """One value per node looked up by its category (vectorised over the few distinct categories)."""
