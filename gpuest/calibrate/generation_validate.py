@@ -217,7 +217,7 @@ def time_calls(fn: Callable[[], Any], timer: _Timer) -> dict[str, float]:
             "wall_p90_s": sorted(ev)[(9 * len(ev)) // 10], "wall_host_s": statistics.median(host), "wall_iters": n}
 
 
-def measure(cfg: GenConfig, ctx: RunContext, models: Models) -> dict[str, Any]:
+def measure(cfg: GenConfig, ctx: RunContext, models: Models, per_op: bool = False) -> dict[str, Any]:
     model = models.get(cfg.model)
     limit = max_positions(model)
     length = cfg.context + 1 if cfg.kind == "decode" else cfg.prompt + cfg.new_tokens
@@ -235,7 +235,7 @@ def measure(cfg: GenConfig, ctx: RunContext, models: Models) -> dict[str, Any]:
     timer = _Timer(ctx.device)
     res: dict[str, Any] = {"name": cfg.model, "family": FAMILY.get(cfg.model, cfg.model), **facts}
     res.update(time_calls(fn, timer))
-    res.update(profile_iterations(fn, 2 if res["wall_s"] > 0.1 else 3, ctx.device, per_op=False))
+    res.update(profile_iterations(fn, 2 if res["wall_s"] > 0.1 else 3, ctx.device, per_op=per_op))
     res.update(measure_energy(fn, timer, ctx, res["wall_s"]))
     if loop is not None:
         looped = time_calls(loop, timer)
@@ -250,10 +250,14 @@ def measure(cfg: GenConfig, ctx: RunContext, models: Models) -> dict[str, Any]:
 # ================================================================== the loop
 
 def run(out: Path, budget_s: float, *, dry_run: bool = False, resume: bool = True, window_s: float = 2.0,
-        models_filter: list[str] | None = None, command: str = "") -> int:
+        models_filter: list[str] | None = None, keys: list[str] | None = None, per_op: bool = False,
+        command: str = "") -> int:
     start = time.perf_counter()
     ctx = RunContext(dry_run=dry_run, window_s=window_s)
-    todo = [c for c in configs(dry_run) if not models_filter or c.model in models_filter]
+    todo = [c for c in configs(dry_run) if (not models_filter or c.model in models_filter) and (not keys or c.key in keys)]
+    if keys and len(todo) < len(set(keys)):
+        known = {c.key for c in configs(dry_run)}
+        raise SystemExit(f"unknown config keys {sorted(set(keys) - known)}; accepted: the keys of --list")
     done = {r.get("key") for r in read_rows(out) if r.get("gpu") == ctx.gpu} if resume else set()
     todo = [c for c in todo if c.key not in done]
     models = Models(ctx.device)
@@ -274,7 +278,7 @@ def run(out: Path, budget_s: float, *, dry_run: bool = False, resume: bool = Tru
                                    "dry_run": dry_run, "provenance": {**ctx.provenance, "command": command},
                                    "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
             try:
-                row.update(measure(cfg, ctx, models))
+                row.update(measure(cfg, ctx, models, per_op=per_op))
             except Exception as exc:  # noqa: BLE001 - record and go on
                 row.update(status="error", error=f"{type(exc).__name__}: {exc}"[:2000],
                            traceback="".join(traceback.format_exception(exc))[-3000:])
@@ -300,10 +304,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="results JSONL (appended to)")
     p.add_argument("--budget-s", type=float, default=300.0, help="stop starting configs after this many seconds")
     p.add_argument("--models", default=None, help=f"comma-separated subset of {', '.join(MODELS)}")
+    p.add_argument("--keys", default=None, help="comma-separated config keys (as in the rows' `key`) to measure")
+    p.add_argument("--per-op", action="store_true", help="record the profiler's top-level ATen ops with device times")
+    p.add_argument("--list", action="store_true", help="print the config keys and exit")
     p.add_argument("--no-resume", dest="resume", action="store_false", help="measure configs already in --out again")
     p.add_argument("--window-s", type=float, default=2.0, help="energy window in s (default 2)")
     p.add_argument("--dry-run", action="store_true", help="three tiny configs on the CPU (no CUDA, no NVML)")
     args = p.parse_args(argv)
+    if args.list:
+        print("\n".join(c.key for c in configs(args.dry_run)))
+        return 0
     out = args.out or (Path("/tmp/gpuest-generation-dryrun.jsonl") if args.dry_run else None)
     if out is None:
         p.error("--out is required (except with --dry-run)")
@@ -312,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python3 -m gpuest.calibrate.generation_validate " + " ".join(argv if argv is not None else sys.argv[1:])
     return run(out, args.budget_s, dry_run=args.dry_run, resume=args.resume,
                window_s=min(args.window_s, 0.3) if args.dry_run else args.window_s, models_filter=models,
+               keys=[k.strip() for k in args.keys.split(",")] if args.keys else None, per_op=args.per_op,
                command=command)
 
 

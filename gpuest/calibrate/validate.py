@@ -54,7 +54,7 @@ from .timing import is_device_work, is_gpu_event, union_length
 # "profiler_gpu_events": their busy time also spans record_function ranges on the GPU timeline (a
 # training step's "Optimizer.step#..."), idle gaps included (gpuest.report.accuracy flags them).
 DEVICE_BUSY_SOURCE = "profiler_gpu_work"
-from ..evaluate.validation_set import (MODES, PRECISIONS, ValidationConfig, estimated_duration_s, explicit_configs, get_set,
+from ..evaluate.validation_set import (MODES, PRECISIONS, SETS, ValidationConfig, estimated_duration_s, explicit_configs, get_set,
                              with_per_op)
 
 ROW_SCHEMA = "gpuest.validation/1"
@@ -733,7 +733,7 @@ def build_configs(args: argparse.Namespace) -> tuple[list[ValidationConfig], str
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m gpuest.calibrate.validate",
                                 description="Measure the validation set on this GPU (one JSONL row per config).")
-    p.add_argument("--set", choices=["quick", "full", "dry", "host", "generalisation", "moe"], help="predefined set (default quick; dry with --dry-run)")
+    p.add_argument("--set", choices=sorted(SETS), help="predefined set (default quick; dry with --dry-run)")
     p.add_argument("--models", help="comma-separated model specs (instead of --set)")
     p.add_argument("--batch", help="comma-separated batch sizes (default: each model's small and large batch)")
     p.add_argument("--modes", help="comma-separated: inference,training (default both)")

@@ -302,8 +302,45 @@ def moe_set() -> list[ValidationConfig]:
     return [replace(c, split="test" if c.key in MOE_TEST_KEYS else "") for c in _moe_configs()]
 
 
+# ------------------------------------------------------------------ recipes set
+# Recipes the frozen test split holds but no non-test config ran: pure bf16 weights in inference (every
+# test model with that recipe was drawn into the test split), fp16 autocast in training. Only models outside
+# the test split, each with its profiler op sequence, so the cost of a recipe can be studied op by op without
+# looking at a test model. Append only.
+_RECIPE_PROBES: list[tuple[str, int, int | None, int | None, str, str, str]] = [
+    # spec,                           batch, seq,  image, mode,        precision,    layout
+    ("vit_b_16",                       64,   None, 224,   "inference", "bf16",       "contiguous"),
+    ("hf:bert-base-uncased",           32,   512,  None,  "inference", "bf16",       "contiguous"),
+    ("hf:distilbert-base-uncased",     64,   512,  None,  "inference", "bf16",       "contiguous"),
+    ("hf:llama",                       16,   512,  None,  "inference", "bf16",       "contiguous"),
+    ("timm:beit_base_patch16_224",     64,   None, 224,   "inference", "bf16",       "contiguous"),
+    ("timm:eva02_tiny_patch14_224",    128,  None, 224,   "inference", "bf16",       "contiguous"),
+    ("timm:maxvit_tiny_tf_224",        64,   None, 224,   "inference", "bf16",       "contiguous"),
+    ("resnet50",                       128,  None, 224,   "inference", "bf16",       "channels_last"),
+    ("efficientnet_b0",                128,  None, 224,   "inference", "bf16",       "channels_last"),
+    ("convnext_tiny",                  128,  None, 224,   "inference", "bf16",       "channels_last"),
+    ("timm:edgenext_small",            128,  None, 224,   "inference", "bf16",       "channels_last"),
+    ("regnet_y_800mf",                 256,  None, 224,   "inference", "bf16",       "channels_last"),
+    ("resnet50",                       128,  None, 224,   "training",  "fp16-mixed", "contiguous"),
+    ("vit_b_16",                       64,   None, 224,   "training",  "fp16-mixed", "contiguous"),
+]
+
+
+def recipes_set() -> list[ValidationConfig]:
+    """The recipe probes (_RECIPE_PROBES), each with per-op times; a test-split model here is an error."""
+    gen_family = {spec: fam for spec, fam, *_ in _GENERALISATION}
+    out = []
+    for spec, batch, seq, image_size, mode, precision, layout in _RECIPE_PROBES:
+        assert spec not in TEST_MODELS, f"recipe probe {spec} is a test-split model"
+        m = MODEL_INDEX.get(spec)
+        out.append(ValidationConfig(model=spec, family=m.family if m else gen_family[spec], batch=batch, mode=mode,
+                                    precision=precision, seq=seq, image_size=image_size,
+                                    heldout=bool(m and m.heldout), per_op=True, memory_format=layout))
+    return out
+
+
 SETS = {"quick": quick_set, "full": full_set, "dry": dry_set, "host": host_set, "generalisation": generalisation_set,
-        "moe": moe_set}
+        "moe": moe_set, "recipes": recipes_set}
 
 
 def get_set(name: str) -> list[ValidationConfig]:
