@@ -1212,3 +1212,29 @@ def test_a_roll_over_two_dimensions_is_two_passes():
     assert (two["kernels"], one["kernels"]) == (2, 1)
     assert two["bytes_read"] == two["bytes_written"] == 2 * one["bytes_read"] == 2 * 2 * 8 * 8 * 4 * 4
     assert two["permuted"] and two["read_amplification"] == 1.0    # index-mapped, one element per lane
+
+
+def _attention_ops(batch_first: bool, training: bool, need_weights: bool, precision: str = "bf16") -> list[str]:
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = torch.nn.MultiheadAttention(64, 4, batch_first=batch_first)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.attn(x, x, x, need_weights=need_weights)[0]
+
+    g = trace(Block(), torch.randn(2, 16, 64), mode="training" if training else "inference", precision=precision)
+    return [d["op"] for _, d in g.nodes(data=True) if d["phase"] == "forward" and not d.get("free")]
+
+
+def test_multihead_attention_inference_traces_cudas_fused_fast_path():
+    """In eval without grad or autocast, CUDA runs nn.MultiheadAttention as one biased QKV GEMM, fused SDPA and
+    the output projection; the Python path (transposed copy, GEMM, bias add, head-split copy) is what the
+    other recipes run."""
+    fast = _attention_ops(batch_first=True, training=False, need_weights=False)
+    assert fast == ["aten.addmm.default", "aten._scaled_dot_product_flash_attention.default", "aten.addmm.default"]
+    for slow in (_attention_ops(batch_first=True, training=True, need_weights=False),
+                 _attention_ops(batch_first=False, training=False, need_weights=False),
+                 _attention_ops(batch_first=True, training=False, need_weights=True),
+                 _attention_ops(batch_first=True, training=False, need_weights=False, precision="bf16-mixed")):
+        assert "aten.clone.default" in slow or "aten.mm.default" in slow or "aten.bmm.default" in slow, slow

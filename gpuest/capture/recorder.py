@@ -21,6 +21,7 @@ from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall,
                                  storage_key, tensor_bytes, tensors, unique_bytes)
 from .cuda_autocast import call_with_cuda_policy
 from .grouped_mm import FAKE_SUBSTITUTES
+from .mha_fast_path import fast_path_call, takes_fast_path
 from .normalize import cuda_op_name
 from .routing import RoutingAssumption, RoutingValues
 from .storage_events import StorageEvents
@@ -203,6 +204,10 @@ class OpRecorder(TorchDispatchMode):
         top = self._entered[-1]
         return top[len(self.root_prefix):] if top.startswith(self.root_prefix) else ""
 
+    def current_module_object(self) -> torch.nn.Module | None:
+        """The module `current_module` names (None outside the model's modules)."""
+        return self.modules_by_name.get(self.current_module())
+
     def _fused_call(self, module: str) -> tuple[str, str] | None:
         """(the fused module's name, the library call it runs as), if `module` lies inside one."""
         if self.phase not in ("forward", "backward"):
@@ -324,19 +329,27 @@ class CudaFunctionPaths(TorchFunctionMode):
       cuDNN with the separate add (one broadcast add per depthwise layer in the kernel profiles).
     - Mixed precision: ops whose autocast policy differs between the CPU (where we trace) and CUDA run
       with CUDA's (see `cuda_autocast`).
+    - nn.MultiheadAttention in inference: CUDA's fused fast path (see `mha_fast_path`), which fake tensors
+      never take.
 
-    device_type: the device the trace runs on, whose autocast state says whether mixed precision is on."""
+    device_type: the device the trace runs on, whose autocast state says whether mixed precision is on.
+    module_of: the module running now (None if unknown), for calls whose CUDA path its settings decide."""
 
-    def __init__(self, device_type: str = "cpu") -> None:
+    def __init__(self, device_type: str = "cpu",
+                 module_of: Callable[[], torch.nn.Module | None] = lambda: None) -> None:
         super().__init__()
         self.device_type = device_type
+        self.module_of = module_of
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = dict(kwargs or {})
         handled, result = call_with_cuda_policy(func, args, kwargs, self.device_type)
         if handled:
             return result
-        if func is torch.nn.functional.scaled_dot_product_attention:
+        if func is torch.nn.functional.multi_head_attention_forward:
+            if takes_fast_path(self.module_of(), args, kwargs, self.device_type):
+                return fast_path_call(args, kwargs)
+        elif func is torch.nn.functional.scaled_dot_product_attention:
             if len(args) > 4:  # (query, key, value, attn_mask, dropout_p, ...)
                 args = (*args[:4], 0.0, *args[5:])
             elif "dropout_p" in kwargs:
