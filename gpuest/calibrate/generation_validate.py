@@ -7,7 +7,10 @@ Models are built from the shipped configs with random weights in bf16 (no downlo
 hf:llama-3b), a Qwen2-style GQA model (hf:qwen2-0.5b) and GPT-2 (hf:gpt2). One JSONL row per config:
   decode    one greedy loop iteration (`gpuest.capture.generation.GreedyStep`: forward over a dynamic
             cache holding `context` tokens, argmax, stopping-criteria ops, and the host read of the
-            finished flag), batch 1-64, context 128-8192; the cache is cropped back after each step
+            finished flag), batch 1-64, context 128-8192; after each step the cache layers get their
+            `context`-token tensors back (references, no GPU work), so every step concatenates onto
+            contiguous tensors as generate() does (cropping leaves strided views, whose concatenation
+            takes CUDA's slow strided-copy path: 2-4x the KV-cache cat time)
   prefill   the same iteration over the whole prompt with an empty cache
   generate  model.generate(greedy, max_new_tokens = min_new_tokens = new_tokens, no EOS stop), and the
             same steps as a plain Python loop of GreedyStep (`loop_wall_s`): their difference is
@@ -155,10 +158,13 @@ def make_call(cfg: GenConfig, model: Any, device: torch.device) -> tuple[Callabl
         cache = filled_cache(model, cfg.batch, cfg.context, device)
         args = step_inputs(cfg.batch, cfg.context + 1, vocab, device)
 
+        filled = [(layer.keys, layer.values) for layer in cache.layers]
+
         def decode() -> None:
             with torch.no_grad():
                 bool(step(*args, cache, 1))   # the loop reads the finished flag: the step's end
-            cache.crop(-1)                    # back to `context` tokens (a view: no copy)
+            for layer, (keys, values) in zip(cache.layers, filled):
+                layer.keys, layer.values = keys, values   # back to the `context` tokens, contiguous
         return decode, {"cache_bytes": cache_bytes(model, cfg.batch, cfg.context)}
     if cfg.kind == "prefill":
         args = step_inputs(cfg.batch, cfg.prompt, vocab, device)
@@ -251,10 +257,12 @@ def measure(cfg: GenConfig, ctx: RunContext, models: Models, per_op: bool = Fals
 
 def run(out: Path, budget_s: float, *, dry_run: bool = False, resume: bool = True, window_s: float = 2.0,
         models_filter: list[str] | None = None, keys: list[str] | None = None, per_op: bool = False,
+        kinds: list[str] | None = None,
         command: str = "") -> int:
     start = time.perf_counter()
     ctx = RunContext(dry_run=dry_run, window_s=window_s)
-    todo = [c for c in configs(dry_run) if (not models_filter or c.model in models_filter) and (not keys or c.key in keys)]
+    todo = [c for c in configs(dry_run) if (not models_filter or c.model in models_filter)
+            and (not keys or c.key in keys) and (not kinds or c.kind in kinds)]
     if keys and len(todo) < len(set(keys)):
         known = {c.key for c in configs(dry_run)}
         raise SystemExit(f"unknown config keys {sorted(set(keys) - known)}; accepted: the keys of --list")
@@ -304,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="results JSONL (appended to)")
     p.add_argument("--budget-s", type=float, default=300.0, help="stop starting configs after this many seconds")
     p.add_argument("--models", default=None, help=f"comma-separated subset of {', '.join(MODELS)}")
+    p.add_argument("--kinds", default=None, help="comma-separated subset of decode, prefill, generate")
     p.add_argument("--keys", default=None, help="comma-separated config keys (as in the rows' `key`) to measure")
     p.add_argument("--per-op", action="store_true", help="record the profiler's top-level ATen ops with device times")
     p.add_argument("--list", action="store_true", help="print the config keys and exit")
@@ -323,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     return run(out, args.budget_s, dry_run=args.dry_run, resume=args.resume,
                window_s=min(args.window_s, 0.3) if args.dry_run else args.window_s, models_filter=models,
                keys=[k.strip() for k in args.keys.split(",")] if args.keys else None, per_op=args.per_op,
+               kinds=[k.strip() for k in args.kinds.split(",")] if args.kinds else None,
                command=command)
 
 
