@@ -243,3 +243,15 @@ def test_the_test_split_is_the_committed_seeded_draw():
     assert {c.mode for c in configs} == {"inference", "training"} and any(c.memory_format == "channels_last"
                                                                           for c in configs)
     assert len({c.key for c in configs}) == len(configs)
+
+
+def test_the_recipes_set_probes_test_split_recipes_on_other_models_only():
+    """The recipes set runs recipes the test split holds (pure bf16 inference, fp16 autocast training) on
+    models outside it, each with per-op times, and none of its configs repeats one measured by another set."""
+    from gpuest.evaluate.validation_set import TEST_MODELS, full_set, generalisation_set, moe_set, recipes_set
+    configs = recipes_set()
+    assert configs and all(c.per_op and c.model not in TEST_MODELS and c.split == "" for c in configs)
+    test_recipes = {(c.mode, c.precision) for c in generalisation_set() if c.split == "test"}
+    assert {(c.mode, c.precision) for c in configs} <= test_recipes
+    others = {c.key for c in full_set() + generalisation_set() + moe_set()}
+    assert len({c.key for c in configs}) == len(configs) and not others & {c.key for c in configs}

@@ -107,7 +107,7 @@ def fresh_markdown(df: pd.DataFrame) -> list[str]:
             "host probes alone), pricing the same configs as the shipped profile. Aim: GPU-bound device-time MAPE "
             f"within {FRESH_MARGIN_PP:g} percentage point of the shipped profile's.", "",
             "The validation set is the 21 models the shipped profile's host costs were fitted on; the "
-            "generalisation set (issue 25) takes part in neither profile's fit.", "",
+            "generalisation (issue 25), moe and recipes sets take part in neither profile's fit.", "",
             _md_table(["GPU", "configs", "GPU-bound configs", "shipped profile MAPE", "fresh profile MAPE",
                        "difference", "status"], table), ""]
 
