@@ -10,7 +10,8 @@ not a multiple of 4 elements, reductions of short rows, few long columns and who
 their roofline, casts that write more than they read, RNN elapsed against device-busy
 time, 1x1 convolutions against the memory roofline per plane size, embedding lookups beyond their
 bytes and the direct embedding backward's time per chunk of indices, bilinear upsampling's serial plane
-walk and its gradient's 16-bit atomics, accumulating index_put's time per dependent update, and the share of VGG-16's bf16 inference spent in the broadcast bias adds after its convolutions.
+walk and its gradient's 16-bit atomics, accumulating index_put's time per dependent update, the gap the device leaves between queued tiny
+kernels (against the per-op decode rows), and the share of VGG-16's bf16 inference spent in the broadcast bias adds after its convolutions.
 """
 from __future__ import annotations
 
@@ -304,6 +305,29 @@ def index_put_chains(rows: dict[str, dict]) -> str:
     return "accumulating index_put per dependent update: " + ("; ".join(out) or "no data")
 
 
+TINY_OPS = ("aten::add", "aten::mul", "aten::pow", "aten::rsqrt", "aten::neg")
+
+
+def queued_kernel_gap(gpu: str, rows: dict[str, dict]) -> str:
+    """What the device adds between back-to-back kernels: the `events_queued` time per tiny kernel
+    (latency_add_1elem, which the profile's kernel_latency_s is a median of) against the profiler
+    durations of the tiny elementwise kernels of batch-1 decode steps (data/generation/<GPU>-per-op.jsonl),
+    which device-busy time (the union of kernel intervals) counts without that gap."""
+    path = REPO / "data" / "generation" / f"{gpu}-per-op.jsonl"
+    if not path.exists() or "latency_add_1elem" not in rows:
+        return "queued kernel gap: no data"
+    durations = []
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("status") == "ok" and r.get("batch") == 1 and r.get("per_op"):
+            durations += [op[1] for op in r["per_op"]["ops"] if op[0] in TINY_OPS and 0 < op[1] < 5]
+    if not durations:
+        return "queued kernel gap: no batch-1 per-op rows"
+    queued, duration = _us(rows["latency_add_1elem"]), statistics.median(durations)
+    return (f"tiny kernel: {queued:.2f} us queued (latency_add_1elem), {duration:.2f} us profiled duration "
+            f"(median of {len(durations)} batch-1 decode add/mul/pow/rsqrt/neg), gap {queued - duration:.2f} us")
+
+
 def main() -> None:
     for gpu in GPUS:
         rows = _rows(gpu)
@@ -312,7 +336,7 @@ def main() -> None:
                      mixed_add(rows),
                      odd_rows(rows), reductions(gpu, rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
                      pointwise_planes(gpu, rows), embedding_lookups(rows), bilinear_upsampling(rows),
-                     rnn_step_times(rows), index_put_chains(rows)):
+                     rnn_step_times(rows), index_put_chains(rows), queued_kernel_gap(gpu, rows)):
             print("  " + line)
     print(persistent_rnn_steps())
     print(per_step_rnn_gemms())
