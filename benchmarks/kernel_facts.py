@@ -10,8 +10,9 @@ not a multiple of 4 elements, reductions of short rows, few long columns and who
 their roofline, casts that write more than they read, RNN elapsed against device-busy
 time, 1x1 convolutions against the memory roofline per plane size, embedding lookups beyond their
 bytes and the direct embedding backward's time per chunk of indices, bilinear upsampling's serial plane
-walk and its gradient's 16-bit atomics, accumulating index_put's time per dependent update, the gap the device leaves between queued tiny
-kernels (against the per-op decode rows), and the share of VGG-16's bf16 inference spent in the broadcast bias adds after its convolutions.
+walk and its gradient's 16-bit atomics, accumulating index_put's time per dependent update, the gap the
+device leaves between queued tiny kernels (against the per-op decode rows), and the share of VGG-16's bf16
+inference spent in the broadcast bias adds after its convolutions.
 """
 from __future__ import annotations
 

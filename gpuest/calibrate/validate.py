@@ -54,8 +54,8 @@ from .timing import is_device_work, is_gpu_event, union_length
 # "profiler_gpu_events": their busy time also spans record_function ranges on the GPU timeline (a
 # training step's "Optimizer.step#..."), idle gaps included (gpuest.report.accuracy flags them).
 DEVICE_BUSY_SOURCE = "profiler_gpu_work"
-from ..evaluate.validation_set import (MODES, PRECISIONS, SETS, ValidationConfig, estimated_duration_s, explicit_configs, get_set,
-                             with_per_op)
+from ..evaluate.validation_set import (MODES, PRECISIONS, SETS, ValidationConfig, estimated_duration_s,
+                                       explicit_configs, get_set, with_per_op)
 
 ROW_SCHEMA = "gpuest.validation/1"
 WARMUP_MIN_ITERS = 3

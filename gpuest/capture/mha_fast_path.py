@@ -14,44 +14,51 @@ need_weights=True, whose CUDA kernels are the unfused GEMM / `_transform_bias_re
 """
 from __future__ import annotations
 
+import inspect
+from functools import lru_cache
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-MHA_FORWARD_ARGS = ("query", "key", "value", "embed_dim_to_check", "num_heads", "in_proj_weight", "in_proj_bias",
-                    "bias_k", "bias_v", "add_zero_attn", "dropout_p", "out_proj_weight", "out_proj_bias", "training",
-                    "key_padding_mask", "need_weights", "attn_mask", "use_separate_proj_weight")
 # native_multi_head_attention_cuda takes its fused SDPA branch only for head sizes divisible by this.
 FUSED_HEAD_DIM_MULTIPLE = 8
 
 
+@lru_cache(maxsize=1)
+def _signature() -> inspect.Signature:
+    return inspect.signature(F.multi_head_attention_forward)
+
+
 def _bound(args: tuple, kwargs: dict) -> dict[str, Any]:
-    return {**dict(zip(MHA_FORWARD_ARGS, args)), **kwargs}
+    """The call's arguments by name, torch's defaults filled in."""
+    bound = _signature().bind(*args, **kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
 
 
 def takes_fast_path(module: torch.nn.Module | None, args: tuple, kwargs: dict, device_type: str) -> bool:
     """Whether this `F.multi_head_attention_forward` call, made by `module`, runs as CUDA's fused fast path:
-    nn.MultiheadAttention's own fast-path conditions (fast path enabled, batch_first, eval, no grad, no autocast, packed
-    projection, even head count, matching dtypes) and the fused branch's (self-attention, no mask, no
+    nn.MultiheadAttention's own fast-path conditions (fast path enabled, batch_first, eval, no grad, no
+    autocast, packed projection, even head count, matching dtypes) and the fused branch's (self-attention, no mask, no
     weights returned, head size divisible by FUSED_HEAD_DIM_MULTIPLE)."""
     if (not isinstance(module, torch.nn.MultiheadAttention) or not module.batch_first
             or not torch.backends.mha.get_fastpath_enabled()):
         return False
     b = _bound(args, kwargs)
-    q, k, v = b.get("query"), b.get("key"), b.get("value")
-    w, bias, num_heads = b.get("in_proj_weight"), b.get("in_proj_bias"), b.get("num_heads")
-    tensors = [t for t in (q, w, bias, b.get("out_proj_weight"), b.get("out_proj_bias")) if isinstance(t, torch.Tensor)]
+    q, k, v = b["query"], b["key"], b["value"]
+    w, bias, num_heads = b["in_proj_weight"], b["in_proj_bias"], b["num_heads"]
+    tensors = [t for t in (q, w, bias, b["out_proj_weight"], b["out_proj_bias"]) if isinstance(t, torch.Tensor)]
     if not (isinstance(q, torch.Tensor) and q is k and k is v and q.dim() == 3 and isinstance(w, torch.Tensor)
             and isinstance(bias, torch.Tensor) and isinstance(num_heads, int)):
         return False
     embed_dim = q.shape[-1]
-    return (not b.get("training", True) and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+    return (not b["training"] and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
             and not torch.is_autocast_enabled(device_type)
-            and b.get("bias_k") is None and b.get("bias_v") is None and not b.get("add_zero_attn", False)
-            and not b.get("use_separate_proj_weight", False) and num_heads % 2 == 0
+            and b["bias_k"] is None and b["bias_v"] is None and not b["add_zero_attn"]
+            and not b["use_separate_proj_weight"] and num_heads % 2 == 0
             and q.dtype == w.dtype == bias.dtype
-            and b.get("attn_mask") is None and b.get("key_padding_mask") is None and not b.get("need_weights", True)
+            and b["attn_mask"] is None and b["key_padding_mask"] is None and not b["need_weights"]
             and embed_dim % num_heads == 0 and (embed_dim // num_heads) % FUSED_HEAD_DIM_MULTIPLE == 0)
 
 

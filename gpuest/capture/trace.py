@@ -142,7 +142,8 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
             try:
                 hook = torch.nn.modules.module.register_module_forward_pre_hook(recorder.count_module_call)
                 try:
-                    with tracker, recorder, CudaFunctionPaths(TRACE_DEVICE, recorder.current_module_object), FormatKnownScalars(run_op):
+                    cuda_paths = CudaFunctionPaths(TRACE_DEVICE, recorder.current_module_object)
+                    with tracker, recorder, cuda_paths, FormatKnownScalars(run_op):
                         step(recorder)
                 finally:
                     hook.remove()
