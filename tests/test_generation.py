@@ -184,6 +184,18 @@ def test_measurement_script_respects_its_budget(tmp_path):
     assert len({c.key for c in grid}) == len(grid)
 
 
+@pytest.mark.parametrize("filters, named", [({"keys": ["decode|hf:llama|b3|c7|p0|n0"]}, "config keys"),
+                                             ({"kinds": ["decoding"]}, "kinds"), ({"models_filter": ["hf:nope"]}, "models")])
+def test_measurement_script_rejects_a_filter_that_names_nothing_it_measures(tmp_path, filters, named):
+    """A misspelt --keys, --kinds or --models is an error naming it and what is accepted, before any GPU work,
+    not a run that measures nothing."""
+    from gpuest.calibrate.generation_validate import run
+    out = tmp_path / "gen.jsonl"
+    with pytest.raises(SystemExit, match=f"unknown {named} .*; accepted: "):
+        run(out, budget_s=60.0, dry_run=True, **filters)
+    assert not out.exists()
+
+
 def test_graph_launch_removes_per_op_dispatch_from_decode_only(graphs):
     eager, graph = (price_generation(graphs, "H100", launch=launch) for launch in ("eager", "graph"))
     assert graph.tpot_s < eager.tpot_s

@@ -257,15 +257,18 @@ def measure(cfg: GenConfig, ctx: RunContext, models: Models, per_op: bool = Fals
 
 def run(out: Path, budget_s: float, *, dry_run: bool = False, resume: bool = True, window_s: float = 2.0,
         models_filter: list[str] | None = None, keys: list[str] | None = None, per_op: bool = False,
-        kinds: list[str] | None = None,
-        command: str = "") -> int:
+        kinds: list[str] | None = None, command: str = "") -> int:
     start = time.perf_counter()
-    ctx = RunContext(dry_run=dry_run, window_s=window_s)
-    todo = [c for c in configs(dry_run) if (not models_filter or c.model in models_filter)
+    grid = configs(dry_run)
+    for what, asked, field in (("models", models_filter, "model"), ("kinds", kinds, "kind"), ("config keys", keys, "key")):
+        accepted = sorted({getattr(c, field) for c in grid})
+        unknown = sorted(set(asked or ()) - set(accepted))
+        if unknown:
+            raise SystemExit(f"unknown {what} {unknown}; accepted: "
+                             + ("the keys --list prints" if field == "key" else ", ".join(accepted)))
+    todo = [c for c in grid if (not models_filter or c.model in models_filter)
             and (not keys or c.key in keys) and (not kinds or c.kind in kinds)]
-    if keys and len(todo) < len(set(keys)):
-        known = {c.key for c in configs(dry_run)}
-        raise SystemExit(f"unknown config keys {sorted(set(keys) - known)}; accepted: the keys of --list")
+    ctx = RunContext(dry_run=dry_run, window_s=window_s)
     done = {r.get("key") for r in read_rows(out) if r.get("gpu") == ctx.gpu} if resume else set()
     todo = [c for c in todo if c.key not in done]
     models = Models(ctx.device)
