@@ -288,7 +288,7 @@ def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = 
         notes.append("the profile has no power model: energy is not predicted")
     wall = timeline.wall_s
     # Coefficient uncertainty is shared by all nodes of a category (correlated); residual noise is not.
-    d = times.device_s
+    d = times.busy_s   # device-busy time: what the Estimate reports (the timeline also holds the queued gaps)
     sys_sd = float((d * times.coef_sd).sum())
     rand_sd = float(np.sqrt(((d * np.sqrt(np.maximum(times.log_sd ** 2 - times.coef_sd ** 2, 0))) ** 2).sum()))
     sd = math.hypot(sys_sd, rand_sd)
