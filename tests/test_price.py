@@ -83,6 +83,19 @@ def test_tiny_op_is_host_or_latency_bound(tiny_add):
     assert eager.time_s > graph.time_s
 
 
+def test_device_busy_time_leaves_out_the_queued_gap_after_latency_bound_kernels(tiny_add, big_add):
+    """A queued tiny kernel occupies the device for the profile's kernel latency but runs QUEUED_KERNEL_GAP_S
+    less of it (device-busy time is the union of kernel intervals); a memory-bound kernel keeps its time."""
+    from gpuest.price.device_time import QUEUED_KERNEL_GAP_S
+    tiny = gpuest.estimate(tiny_add, "H100-SXM").per_node
+    tiny = tiny[~tiny["free"]]
+    removed = tiny["latency_s"] - tiny["time_s"]
+    assert len(tiny) and (removed > 0).all() and (removed <= tiny["kernels"] * QUEUED_KERNEL_GAP_S * (1 + 1e-9)).all()
+    big = gpuest.estimate(big_add, "H100-SXM").per_node
+    big = big[~big["free"]]
+    assert (big["time_s"] > 100 * big["latency_s"]).all()   # memory-bound: priced by its bytes
+
+
 def test_monotone_in_clock_and_batch():
     net = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512))
     times = []

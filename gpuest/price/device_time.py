@@ -267,8 +267,8 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     corrected = np.where(active, roof * np.exp(log_eff), 0.0)
     device = latency + corrected
     # Per kernel, busy time keeps at least the queued latency less the gap (a graph launch's shorter one stays).
-    # Only latency-bound nodes: taken from every node it moved held-out networks' device MAPE 7.6 -> 8.3 %
-    # (a longer kernel's tail overlaps the next one's start), from these 7.6 -> 7.8 % (docs/ACCURACY.md).
+    # Only latency-bound nodes: a longer kernel's tail overlaps its successor's start, so its gap hides (taken
+    # from every node, whole networks' busy times came out low: the accuracy report's held-out aim failed).
     gap_per_kernel = lat_per_kernel - min(lat_per_kernel, max(profile.kernel_latency_s - QUEUED_KERNEL_GAP_S, 0.0))
     busy = np.where(active, device - np.where(latency > corrected, kernels * gap_per_kernel, 0.0), 0.0)
     bound = np.where(~active, "none", np.where(latency > corrected, "latency",
