@@ -301,6 +301,7 @@ def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = 
         "bytes": table.bytes, "kernels": table.kernels, "free": table.free, "supported": table.supported,
         "staged": table.staged,
         "time_s": d, "time_low_s": d * np.exp(-Z90 * times.log_sd), "time_high_s": d * np.exp(Z90 * times.log_sd),
+        "queue_s": times.device_s,    # time_s plus the gaps the device leaves after its queued kernels
         "compute_s": times.compute_s, "memory_s": times.memory_s, "latency_s": times.latency_s,
         "host_s": timeline.host_s, "issue_s": timeline.issue_s, "start_s": timeline.start_s,
         "wait_s": timeline.wait_s, "bound": node_bound,

@@ -78,13 +78,14 @@ def trace_events(est: "Estimate") -> dict[str, Any]:
             end = max((r.start_s + r.time_s) * US, ts)
             if have_power and r.wait_s > 0 and math.isfinite(r.energy_j):
                 # The GPU idles at static power for wait_s before this kernel: the rest of the node's energy.
-                idle_w = (r.energy_j - r.power_w * r.time_s) / r.wait_s
+                idle_w = (r.energy_j - r.power_w * r.queue_s) / r.wait_s
                 power.append(_counter(prev_end_us, idle_w))
             device.append({"name": name, "cat": r.category, "ph": "X", "pid": DEVICE_PID, "tid": DEVICE_TID,
                            "ts": ts, "dur": end - ts, "args": args})
             if have_power and math.isfinite(r.power_w):
                 power.append(_counter(ts, r.power_w))
-            prev_end_us = end
+            # The node holds the queue (and its power) through the gaps after its kernels, past the slice's end.
+            prev_end_us = max((r.start_s + r.queue_s) * US, end)
     if power:
         wall_us = max(est.time_s * US, prev_end_us)
         tail_s = (wall_us - prev_end_us) / US
