@@ -94,12 +94,12 @@ def energy_parts(est: gpuest.Estimate, spec: GPUSpec) -> dict[str, float] | None
     if fit is None or not math.isfinite(est.energy_j):
         return None
     p = est.per_node
-    d = p["time_s"].to_numpy()
+    d = p["queue_s"].to_numpy()   # what the power model charges: the node's kernels and the gaps after them
     v = voltage_ratio(spec, p["clock_mhz"].to_numpy(), fit.v_min_ratio)
     static = fit.idle_w + (fit.static_w - fit.idle_w) * v ** 2
     u_mem = np.clip(p["bytes"].to_numpy() / (spec.memory_bandwidth_bytes_per_s * np.maximum(d, 1e-12)), 0, 1)
     memory = np.where(d > 0, fit.memory_w * u_mem, 0.0)
-    end = float((p["start_s"] + p["time_s"]).iloc[-1]) if len(p) else 0.0
+    end = float((p["start_s"] + p["queue_s"]).iloc[-1]) if len(p) else 0.0
     tail = max(est.time_s - end, 0.0)
     e_static = float((static * (d + p["wait_s"].to_numpy())).sum() + (static[-1] * tail if len(p) else 0.0))
     e_memory = float((memory * d).sum())
@@ -115,8 +115,8 @@ def phase_floor(est: gpuest.Estimate, spec: GPUSpec) -> list[str]:
     """Phases whose average power exceeds the limit: throttled to the minimum clock and still over it."""
     out = []
     for phase, df in est.per_node.groupby("phase", sort=False):
-        t = df["time_s"].sum()
-        if t > 0 and (df["power_w"] * df["time_s"]).sum() / t > est.power_limit_w * (1 + 1e-6):
+        t = df["queue_s"].sum()   # power is drawn while a node holds the queue: kernels and the gaps after them
+        if t > 0 and (df["power_w"] * df["queue_s"]).sum() / t > est.power_limit_w * (1 + 1e-6):
             out.append(phase)
     return out
 
