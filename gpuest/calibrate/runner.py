@@ -166,6 +166,10 @@ def _power_window(monitor: Any, name: str, fn: Callable[..., Any], sets: list[tu
     return monitor.end_window(name), i
 
 
+# Wall seconds of each phase of one benchmark (elapsed_s holds them and the rest): what the budget model prices.
+PHASE_KEYS = ("build_s", "trace_s", "timing_s", "power_s")
+
+
 def _empty_row(b: Benchmark, *, dry_run: bool, session: int) -> dict[str, Any]:
     row: dict[str, Any] = {
         "schema": ROW_SCHEMA, "name": b.name, "category": b.category, "kind": b.kind, "params": b.params,
@@ -178,6 +182,7 @@ def _empty_row(b: Benchmark, *, dry_run: bool, session: int) -> dict[str, Any]:
     row.update({k: None for k in POWER_KEYS})
     row.update({"timing_sm_clock_mhz": None, "timing_throttle_reasons": None, "error": None,
                 "timestamp": None, "elapsed_s": None})
+    row.update({k: 0.0 for k in PHASE_KEYS})
     return row
 
 
@@ -195,10 +200,14 @@ def run_benchmark(b: Benchmark, *, device: torch.device, monitor: Any | None, po
             rotate = 1 if b.kind != "device" else rotation_for(nbytes, l2_bytes, built.max_sets)
             sets = [first] + [built.make_set(i) for i in range(1, rotate)]
             row["bytes_per_set"] = nbytes
+            t_phase = time.perf_counter()
+            row["build_s"] = round(t_phase - t_start, 4)
             try:
                 row["nodes"], row["nodes_aggregated"], row["n_nodes_traced"] = built_nodes(built, first)
             except Exception as exc:  # the trace is best effort: the timing is still worth keeping
                 row["trace_error"] = f"{type(exc).__name__}: {exc}"
+            row["trace_s"] = round(time.perf_counter() - t_phase, 4)
+            t_phase = time.perf_counter()
             with torch.no_grad():
                 if monitor is not None:
                     monitor.begin_window(b.name + ":timing")
@@ -222,6 +231,8 @@ def run_benchmark(b: Benchmark, *, device: torch.device, monitor: Any | None, po
                     # Its host dispatch cost cannot be timed with the GPU kept busy (cuDNN's RNNs
                     # synchronise inside the call); where the host paces it, elapsed time is host time.
                     row["busy_ms"] = device_busy_ms(built.fn, sets, calls=BUSY_CALLS)
+                row["timing_s"] = round(time.perf_counter() - t_phase, 4)
+                t_phase = time.perf_counter()
                 if monitor is not None and power and (res.median_ms >= MIN_POWER_OP_MS or dry_run):
                     pm, iters = _power_window(monitor, b.name, built.fn, sets, res.median_ms, window_s, device)
                     row.update(energy_j=pm.energy_j, avg_power_w=pm.avg_power_w, duration_s=pm.duration_s,
@@ -229,6 +240,7 @@ def run_benchmark(b: Benchmark, *, device: torch.device, monitor: Any | None, po
                                mem_clock_mhz=pm.mem_clock_mhz, temperature_c=pm.temperature_c,
                                throttle_reasons=pm.throttle_reasons, throttled=pm.throttled, reliable=pm.reliable,
                                power_limit_w=pm.power_limit_w, power_samples=pm.samples, power_iters=iters)
+                    row["power_s"] = round(time.perf_counter() - t_phase, 4)
     except Exception as exc:  # a failing benchmark is recorded with its message; the suite goes on
         row["error"] = f"{type(exc).__name__}: {exc}"
         row["traceback"] = traceback.format_exc(limit=4)

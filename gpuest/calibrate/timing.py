@@ -1,6 +1,7 @@
 """Timing one op on the GPU (CUDA events) or, for dry runs, on the CPU (perf_counter)."""
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -13,7 +14,13 @@ DEFAULT_L2_BYTES = 50 * 2**20  # used when torch cannot report the L2 size
 MIN_SAMPLE_MS = 0.2  # ops shorter than this are timed in back-to-back groups, so launch jitter averages out
 MAX_INNER = 200
 QUEUE_BELOW_MS = 1.0          # ops shorter than this are timed with the host running ahead of the GPU
-HOST_US_PER_CALL_BOUND = 40.0  # generous bound on one call's host dispatch time (us), sizes the spin kernel
+HOST_US_PER_CALL_BOUND = 40.0  # generous bound on one call's host dispatch time (us): the spin never needs more
+# The spin ahead of a queued group lasts SPIN_HOST_MARGIN x the enqueue time the timing measures, plus
+# SPIN_FLOOR_S: on the H100 it times 80 suite ops as the fixed 40 us/call spin did (median 1.0001, p10-p90
+# 0.997-1.004; python3 benchmarks/spin_sizing_ab.py --summary data/calibration/experiments/spin_ab.H100-SXM.jsonl)
+# at a fraction of its wall time.
+SPIN_HOST_MARGIN = 4.0
+SPIN_FLOOR_S = 5e-5
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,7 @@ def time_op(fn: Callable[..., Any], make_inputs: Callable[[int], Sequence[Any]] 
     # A rough per-call time decides the group size and the number of samples.
     t0 = time.perf_counter()
     run(k)
+    enqueue_s = (time.perf_counter() - t0) / k     # host time per call: what the spin must outlast
     sync()
     rough_ms = (time.perf_counter() - t0) * 1e3 / k
     inner = 1 if rough_ms >= MIN_SAMPLE_MS else int(min(MAX_INNER, math.ceil(MIN_SAMPLE_MS / max(rough_ms, 1e-4))))
@@ -122,7 +130,8 @@ def time_op(fn: Callable[..., Any], make_inputs: Callable[[int], Sequence[Any]] 
         # Some calls (autograd backward, optimizers) cost more host time than the bound: each group's
         # enqueue time is measured, the spin grows to twice the slowest seen, and groups enqueued
         # slower than the spin ahead of them are discarded.
-        spin_s = inner * HOST_US_PER_CALL_BOUND * 1e-6 + 1e-4
+        # Sized by the enqueue time just measured (a spin much longer than the enqueue only costs wall time).
+        spin_s = inner * min(SPIN_HOST_MARGIN * enqueue_s, HOST_US_PER_CALL_BOUND * 1e-6) + SPIN_FLOOR_S
         valid = []
         for j, (start, end) in enumerate(events):
             if queued:
@@ -160,15 +169,22 @@ def _keep_gpu_busy(seconds: float, device: torch.device) -> None:
     """Enqueue `seconds` of GPU work so the stream never drains while the host enqueues more."""
     sleep = getattr(torch.cuda, "_sleep", None)
     if sleep is not None:
-        rate_hz = torch.cuda.get_device_properties(device).clock_rate * 1e3 if hasattr(
-            torch.cuda.get_device_properties(device), "clock_rate") else 2e9
-        sleep(int(seconds * rate_hz * 1.5))
+        sleep(int(seconds * _spin_cycles_per_s(torch.device(device).index or 0)))
         return
     # No _sleep in this build: a chain of large matmuls (~1 ms each on a datacenter GPU).
     a = torch.randn(4096, 4096, device=device)
     for _ in range(max(1, int(seconds / 1e-3))):
         a = a @ a
         a.mul_(1e-3)
+
+
+@functools.lru_cache(maxsize=None)
+def _spin_cycles_per_s(device_index: int) -> float:
+    """Cycles of torch.cuda._sleep per second of spin: the max SM clock (2 GHz when torch does not report it),
+    with 1.5x margin (a spin at a lower clock lasts longer, never shorter)."""
+    props = torch.cuda.get_device_properties(device_index)
+    rate_hz = props.clock_rate * 1e3 if hasattr(props, "clock_rate") else 2e9
+    return rate_hz * 1.5
 
 
 def host_dispatch_us(fn: Callable[..., Any], inputs: Sequence[Any], n: int = 200,
