@@ -329,6 +329,38 @@ def queued_kernel_gap(gpu: str, rows: dict[str, dict]) -> str:
             f"(median of {len(durations)} batch-1 decode add/mul/pow/rsqrt/neg), gap {queued - duration:.2f} us")
 
 
+def strided_operands(gpu: str, rows: dict[str, dict]) -> str:
+    """Ops on strided views (suite._strided_operands) in output elements per SM per cycle at the max clock,
+    and in bandwidth: TensorIterator's non-vectorised loop and cat's strided batched kernel run at an
+    element rate, so 16-bit ones take about the time of fp32 ones."""
+    from gpuest.catalog import get_gpu
+    spec = get_gpu(gpu)
+    per_cycle = spec.sm_count * spec.max_clock_mhz * 1e6
+    out = []
+    for family, pattern in (("chunk silu/mul", r"ew_chunk_\w+_(bf16|fp32)_r(\d+)_c(\d+)"),
+                            ("cat of strided halves", r"cat_strided_halves_(bf16|fp32)_b(\d+)_h(\d+)_s(\d+)_d(\d+)")):
+        for mode in ("bf16", "fp32"):
+            rates, bws = [], []
+            for name, r in rows.items():
+                m = re.fullmatch(pattern, name)
+                if not m or m.group(1) != mode:
+                    continue
+                dims = [int(v) for v in m.groups()[1:]]
+                elements = math.prod(dims) // (2 if family.startswith("chunk") else 1)
+                rates.append(elements / (r["time_ms_median"] * 1e-3) / per_cycle)
+                bws.append(_moved_bytes(r) / (r["time_ms_median"] * 1e-3) / 1e12)
+            if rates:
+                out.append(f"{family} {mode}: {statistics.median(rates):.2f} elements/SM/cycle, "
+                           f"{statistics.median(bws):.2f} TB/s (n={len(rates)})")
+    fastest = max((n["bytes_written"] / (2 if n["math_mode"] in ("bf16", "fp16") else 4)
+                   / (r["time_ms_median"] * 1e-3) / per_cycle, name)
+                  for name, r in rows.items() if len(r.get("nodes") or []) == 1
+                  for n in r["nodes"] if n.get("permuted"))
+    out.append(f"fastest of the {sum(1 for r in rows.values() if len(r.get('nodes') or []) == 1 and r['nodes'][0].get('permuted'))} "
+               f"permuted single-op benchmarks: {fastest[0]:.2f} elements/SM/cycle ({fastest[1]})")
+    return "strided operands: " + ("; ".join(out) or "no data")
+
+
 def main() -> None:
     for gpu in GPUS:
         rows = _rows(gpu)
@@ -337,7 +369,8 @@ def main() -> None:
                      mixed_add(rows),
                      odd_rows(rows), reductions(gpu, rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
                      pointwise_planes(gpu, rows), embedding_lookups(rows), bilinear_upsampling(rows),
-                     rnn_step_times(rows), index_put_chains(rows), queued_kernel_gap(gpu, rows)):
+                     rnn_step_times(rows), index_put_chains(rows), queued_kernel_gap(gpu, rows),
+                     strided_operands(gpu, rows)):
             print("  " + line)
     print(persistent_rnn_steps())
     print(per_step_rnn_gemms())
