@@ -944,6 +944,24 @@ def test_transposing_copies_are_flagged(expr, permuted):
     assert node["permuted"] is permuted
 
 
+@pytest.mark.parametrize("expr, kernels, permuted, variant", [
+    (lambda x: torch.cat((x, x + 1), 1), 1, False, ""),                  # dense inputs: one vectorised batch
+    (lambda x: torch.cat((x[..., 4:], x[..., :4]), -1), 1, True, "strided"),   # rotate_half: a strided batch
+    (lambda x: torch.cat((x[:, :, :1], x + 1), 2), 1, True, "strided"),  # EVA's class token kept apart
+    (lambda x: torch.stack((x[..., 1::2], x[..., ::2]), -1), 2, True, ""),   # 5-d: a strided copy per input
+    (lambda x: torch.stack((x, x + 1), 0), 2, False, ""),                # 5-d along the outermost: dense copies
+])
+def test_cat_prices_the_path_cuda_takes(expr, kernels, permuted, variant):
+    """CUDA's cat: a batched vectorised kernel for dense inputs of at most 4 dims, a batched strided one
+    for other strides, else one copy per input (strided where its narrow of the output has gaps)."""
+    class Fn(torch.nn.Module):
+        def forward(self, x):
+            return expr(x)
+    graph = trace(Fn(), (torch.empty(2, 3, 16, 8, dtype=torch.bfloat16),))
+    (node,) = [d for _, d in graph.nodes(data=True) if d["op"].split(".")[1] in ("cat", "stack")]
+    assert (node["kernels"], node["permuted"], node["variant"]) == (kernels, permuted, variant)
+
+
 @pytest.mark.parametrize("shape, expr, dtype, amplification", [
     ((1024, 1024), lambda x: x.t().contiguous(), torch.float32, 8.0),   # every element in its own 32-byte sector
     ((1024, 1024), lambda x: x.t().contiguous(), torch.bfloat16, 16.0),

@@ -453,20 +453,25 @@ def read_amplification(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) 
     if not order:
         return 1.0
     permuted = [t for t in inputs if t.shape == out.shape and layout_order(t) is not None and reads_strided(t, order)]
-    if not permuted:
-        return 1.0
-    sizes = [int(out.shape[d]) for d in order]
-    n = math.prod(sizes)
+    return strided_read_amplification(permuted, order)
+
+
+def strided_read_amplification(ts: list[torch.Tensor], order: tuple[int, ...]) -> float:
+    """Sectors that blocks of LOOP_BLOCK_ELEMENTS consecutive elements, walked in the dimension `order` of
+    the writer (outermost first), read from each of `ts` through its strides, over the sectors those bytes
+    would fill if contiguous (>= 1; 1 for no tensors)."""
     touched = ideal = 0.0
-    for at in SAMPLED_BLOCK_AT:
-        start = int(at * n) // LOOP_BLOCK_ELEMENTS * LOOP_BLOCK_ELEMENTS
-        index = np.arange(start, min(start + LOOP_BLOCK_ELEMENTS, n), dtype=np.int64)
-        coords = np.unravel_index(index, sizes)
-        for t in permuted:
+    for t in ts:
+        sizes = [int(t.shape[d]) for d in order]
+        n = math.prod(sizes)
+        for at in SAMPLED_BLOCK_AT:
+            start = int(at * n) // LOOP_BLOCK_ELEMENTS * LOOP_BLOCK_ELEMENTS
+            index = np.arange(start, min(start + LOOP_BLOCK_ELEMENTS, n), dtype=np.int64)
+            coords = np.unravel_index(index, sizes)
             offset = sum(c * int(t.stride(d)) for c, d in zip(coords, order))
             touched += len(np.unique(offset * t.element_size() // SECTOR_BYTES))
             ideal += max(len(index) * t.element_size() / SECTOR_BYTES, 1.0)
-    return max(touched / ideal, 1.0)
+    return max(touched / ideal, 1.0) if ideal else 1.0
 
 
 def generic_cost(call: "OpCall", *, category: str, flops: float = 0.0, supported: bool = True,

@@ -8,13 +8,14 @@ from dataclasses import replace
 import torch
 
 from ..registry import (
-    Cost, OpCall, by_category, generic_cost, iter_ops, mark_free, register_cost, unique_bytes, with_atomic_adds,
+    Cost, OpCall, by_category, generic_cost, is_channels_last, is_dense, iter_ops, layout_order, mark_free,
+    register_cost, strided_read_amplification, tensors, unique_bytes, with_atomic_adds,
 )
 
 # scatter_add and index_add accumulate by index with atomic adds (their 16-bit cost: formulas.pool).
 register_cost(*iter_ops(["scatter_add", "index_add"]))(with_atomic_adds(by_category("copy")))
 register_cost(*iter_ops([
-    "_to_copy", "copy_", "clone", "cat", "stack", "scatter",
+    "_to_copy", "copy_", "clone", "scatter",
     "scatter_reduce",
     "index_copy", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
     "constant_pad_nd", "reflection_pad2d", "replication_pad2d", "reflection_pad1d", "fill", "fill_",
@@ -26,6 +27,46 @@ register_cost(*iter_ops([
     "_unsafe_masked_index_put_accumulate", "lift_fresh_copy",
     "randperm", "searchsorted", "bucketize", "one_hot", "_pin_memory", "resize_",
 ]))(by_category("copy"))
+
+
+# CUDA's cat (cat_out_cuda, aten/src/ATen/native/cuda/Shape.cu) takes one of three paths. Inputs all
+# contiguous in the output's memory format, one dtype, at most CAT_MAX_DIMS dims: batched kernels of up to
+# CAT_BATCH_INPUTS inputs with vectorised loads. Other strides, contiguous format: batched kernels of half
+# as many inputs that read every element through its strides, one per lane (a strided loop). Otherwise
+# (more dims, as a stack of 4-d tensors has; channels-last with strided inputs; mixed dtypes): one
+# TensorIterator copy per input into its narrow of the output, strided where either side has gaps. The
+# strided batched kernel is its own variant: its fixed grid of one element per lane is not a copy's loop.
+CAT_MAX_DIMS = 4
+CAT_BATCH_INPUTS = 128
+
+
+@register_cost(*iter_ops(["cat", "stack"]))
+def _concatenate(call: OpCall) -> Cost:
+    cost = generic_cost(call, category="copy")
+    ins = [t for t in tensors(call.first_arg) if t.numel() > 0]
+    outs = call.outputs
+    if not ins or not outs:
+        return cost
+    out = outs[0]
+    fmt = torch.channels_last if all(is_channels_last(t) for t in ins) else torch.contiguous_format
+    contiguous = [t.is_contiguous(memory_format=fmt) for t in ins]
+    one_dtype = len({t.dtype for t in ins}) == 1
+    strided = [t for t, c in zip(ins, contiguous) if not c]
+    dim = call.arg("dim") % out.dim()
+    order = layout_order(out) or ()
+    # The output's memory order in the inputs' dimensions (a stack's output has a new dimension `dim`).
+    in_order = tuple(d - (d > dim) for d in order if d != dim) if out.dim() > ins[0].dim() else order
+    if len(ins) > 1 and out.dim() <= CAT_MAX_DIMS and one_dtype and all(contiguous):
+        return replace(cost, kernels=math.ceil(len(ins) / CAT_BATCH_INPUTS))
+    if len(ins) > 1 and out.dim() <= CAT_MAX_DIMS and one_dtype and fmt == torch.contiguous_format:
+        return replace(cost, kernels=math.ceil(len(ins) / (CAT_BATCH_INPUTS // 2)), permuted=True,
+                       read_amplification=strided_read_amplification(strided, in_order), variant="strided")
+    # A narrow of the output along `dim` is dense only where `dim` is its outermost dimension in memory.
+    narrow_dense = is_dense(out) and (not order or order[0] == dim)
+    if not strided and narrow_dense:
+        return replace(cost, kernels=len(ins))
+    return replace(cost, kernels=len(ins), permuted=True,
+                   read_amplification=strided_read_amplification(strided, in_order))
 
 
 @register_cost(*iter_ops(["roll"]))
