@@ -11,8 +11,9 @@ their roofline, casts that write more than they read, RNN elapsed against device
 time, 1x1 convolutions against the memory roofline per plane size, embedding lookups beyond their
 bytes and the direct embedding backward's time per chunk of indices, bilinear upsampling's serial plane
 walk and its gradient's 16-bit atomics, accumulating index_put's time per dependent update, the gap the
-device leaves between queued tiny kernels (against the per-op decode rows), and the share of VGG-16's bf16
-inference spent in the broadcast bias adds after its convolutions.
+device leaves between queued tiny kernels (against the per-op decode rows), the element rate of loops over
+strided operands, and the share of VGG-16's bf16 inference spent in the broadcast bias adds after its
+convolutions.
 """
 from __future__ import annotations
 
@@ -332,32 +333,35 @@ def queued_kernel_gap(gpu: str, rows: dict[str, dict]) -> str:
 def strided_operands(gpu: str, rows: dict[str, dict]) -> str:
     """Ops on strided views (suite._strided_operands) in output elements per SM per cycle at the max clock,
     and in bandwidth: TensorIterator's non-vectorised loop and cat's strided batched kernel run at an
-    element rate, so 16-bit ones take about the time of fp32 ones."""
+    element rate, so 16-bit ones take about the time of fp32 ones. Also the fastest of the permuted
+    single-op benchmarks, the ceiling such a loop has shown."""
     from gpuest.catalog import get_gpu
+    from gpuest.price.features import MODE_ELEMENT_BYTES
     spec = get_gpu(gpu)
     per_cycle = spec.sm_count * spec.max_clock_mhz * 1e6
+
+    def rate(elements: float, row: dict) -> float:
+        return elements / (row["time_ms_median"] * 1e-3) / per_cycle
     out = []
-    for family, pattern in (("chunk silu/mul", r"ew_chunk_\w+_(bf16|fp32)_r(\d+)_c(\d+)"),
-                            ("cat of strided halves", r"cat_strided_halves_(bf16|fp32)_b(\d+)_h(\d+)_s(\d+)_d(\d+)")):
+    for family, pattern, share in (("chunk silu", r"ew_chunk_silu_(bf16|fp32)_r(\d+)_c(\d+)", 2),
+                                   ("cat of strided halves", r"cat_strided_halves_(bf16|fp32)_b(\d+)_h(\d+)_s(\d+)_d(\d+)", 1)):
         for mode in ("bf16", "fp32"):
             rates, bws = [], []
             for name, r in rows.items():
                 m = re.fullmatch(pattern, name)
-                if not m or m.group(1) != mode:
-                    continue
-                dims = [int(v) for v in m.groups()[1:]]
-                elements = math.prod(dims) // (2 if family.startswith("chunk") else 1)
-                rates.append(elements / (r["time_ms_median"] * 1e-3) / per_cycle)
-                bws.append(_moved_bytes(r) / (r["time_ms_median"] * 1e-3) / 1e12)
+                if m and m.group(1) == mode:
+                    rates.append(rate(math.prod(int(v) for v in m.groups()[1:]) // share, r))
+                    bws.append(_moved_bytes(r) / (r["time_ms_median"] * 1e-3) / 1e12)
             if rates:
                 out.append(f"{family} {mode}: {statistics.median(rates):.2f} elements/SM/cycle, "
                            f"{statistics.median(bws):.2f} TB/s (n={len(rates)})")
-    fastest = max((n["bytes_written"] / (2 if n["math_mode"] in ("bf16", "fp16") else 4)
-                   / (r["time_ms_median"] * 1e-3) / per_cycle, name)
-                  for name, r in rows.items() if len(r.get("nodes") or []) == 1
-                  for n in r["nodes"] if n.get("permuted"))
-    out.append(f"fastest of the {sum(1 for r in rows.values() if len(r.get('nodes') or []) == 1 and r['nodes'][0].get('permuted'))} "
-               f"permuted single-op benchmarks: {fastest[0]:.2f} elements/SM/cycle ({fastest[1]})")
+    permuted = [(rate(n["bytes_written"] / MODE_ELEMENT_BYTES.get(n["math_mode"], 4.0), r), name)
+                for name, r in rows.items() if len(r.get("nodes") or []) == 1
+                for n in r["nodes"] if n.get("permuted")]
+    if permuted:
+        fastest, name = max(permuted)
+        out.append(f"fastest of the {len(permuted)} permuted single-op benchmarks: {fastest:.2f} "
+                   f"elements/SM/cycle ({name})")
     return "strided operands: " + ("; ".join(out) or "no data")
 
 

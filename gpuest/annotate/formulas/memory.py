@@ -56,9 +56,10 @@ def _concatenate(call: OpCall) -> Cost:
     order = layout_order(out) or ()
     # The output's memory order in the inputs' dimensions (a stack's output has a new dimension `dim`).
     in_order = tuple(d - (d > dim) for d in order if d != dim) if out.dim() > ins[0].dim() else order
-    if len(ins) > 1 and out.dim() <= CAT_MAX_DIMS and one_dtype and all(contiguous):
+    batched = len(ins) > 1 and out.dim() <= CAT_MAX_DIMS and one_dtype
+    if batched and all(contiguous):
         return replace(cost, kernels=math.ceil(len(ins) / CAT_BATCH_INPUTS))
-    if len(ins) > 1 and out.dim() <= CAT_MAX_DIMS and one_dtype and fmt == torch.contiguous_format:
+    if batched and fmt == torch.contiguous_format:
         return replace(cost, kernels=math.ceil(len(ins) / (CAT_BATCH_INPUTS // 2)), permuted=True,
                        read_amplification=strided_read_amplification(strided, in_order), variant="strided")
     # A narrow of the output along `dim` is dense only where `dim` is its outermost dimension in memory.
