@@ -12,8 +12,9 @@ time, 1x1 convolutions against the memory roofline per plane size, embedding loo
 bytes and the direct embedding backward's time per chunk of indices, bilinear upsampling's serial plane
 walk and its gradient's 16-bit atomics, accumulating index_put's time per dependent update, the gap the
 device leaves between queued tiny kernels (against the per-op decode rows), the element rate of loops over
-strided operands, and the share of VGG-16's bf16 inference spent in the broadcast bias adds after its
-convolutions.
+strided operands, the share of VGG-16's bf16 inference spent in the broadcast bias adds after its
+convolutions, and (data/memory/workspace.*.jsonl) how much of cuDNN's convolution workspace is the two
+transposed activations and the RNN reserve per unit tensor.
 """
 from __future__ import annotations
 
@@ -365,6 +366,52 @@ def strided_operands(gpu: str, rows: dict[str, dict]) -> str:
     return "strided operands: " + ("; ".join(out) or "no data")
 
 
+def _workspace_rows(kind: str) -> list[dict]:
+    rows = []
+    for path in sorted((REPO / "data" / "memory").glob("workspace.*.jsonl")):
+        rows += [r for r in map(json.loads, path.read_text().splitlines()) if r.get("kind") == kind and "error" not in r]
+    return rows
+
+
+def conv_workspaces() -> str:
+    """How much of cuDNN's per-call convolution workspace is the two transposed activations."""
+    rows = _workspace_rows("conv")
+    elem = {"fp32": 4, "bf16": 2, "fp16": 2}
+    forward_out = {(json.dumps(r["input_shape"]), json.dumps(r["weight_shape"]), json.dumps(r["stride"]),
+                    json.dumps(r["padding"]), r["groups"], r["dtype"], r["layout"]): r["output_bytes"]
+                   for r in rows if r["direction"] == "forward"}
+    out = []
+    for layout in ("nchw", "nhwc"):
+        big = total = 0
+        near = 0
+        for r in rows:
+            if r["layout"] != layout:
+                continue
+            total += 1
+            if r["workspace_bytes"] < (1 << 20):
+                continue
+            big += 1
+            key = (json.dumps(r["input_shape"]), json.dumps(r["weight_shape"]), json.dumps(r["stride"]),
+                   json.dumps(r["padding"]), r["groups"], r["dtype"], r["layout"])
+            both = math.prod(r["input_shape"]) * elem[r["dtype"]] + forward_out[key]
+            near += abs(r["workspace_bytes"] / both - 1.0) <= 0.1
+        out.append(f"{layout}: {big} of {total} calls hold >= 1 MiB, {near} of them within 10 % of input + output bytes")
+    return "cuDNN convolution workspace: " + ("; ".join(out) if rows else "no data")
+
+
+def rnn_reserves() -> str:
+    """cuDNN's RNN reserve (kept for backward) per byte of a layers x directions x steps x batch x hidden
+    tensor, fp32, batch >= 64."""
+    rows = [r for r in _workspace_rows("rnn") if r["precision"] == "fp32" and r["batch"] >= 64]
+    out = []
+    for mode in ("LSTM", "GRU"):
+        ratios = [r["train_saved_bytes"] / (r["layers"] * (2 if r["bidirectional"] else 1) * r["seq"] * r["batch"]
+                                            * r["hidden"] * 4) for r in rows if r["mode"] == mode]
+        if ratios:
+            out.append(f"{mode} {statistics.median(ratios):.1f}x ({min(ratios):.1f}-{max(ratios):.1f}, {len(ratios)} calls)")
+    return "cuDNN RNN reserve per unit tensor: " + ("; ".join(out) or "no data")
+
+
 def main() -> None:
     for gpu in GPUS:
         rows = _rows(gpu)
@@ -382,6 +429,8 @@ def main() -> None:
     print(layout_transform_shares("H100-SXM-training"))
     print(layout_transform_shares("H100-SXM-inference"))
     print(by_op_leaders())
+    print(conv_workspaces())
+    print(rnn_reserves())
 
 
 if __name__ == "__main__":

@@ -154,6 +154,59 @@ def test_peak_matches_torch_memtracker_on_fake_tensors():
     assert ours == pytest.approx(theirs, rel=1e-3)
 
 
+def test_linear_on_a_non_contiguous_input_adds_its_bias_in_place():
+    # ATen's linear runs matmul then output.add_(bias) for real tensors (an out-of-place add only for
+    # subclasses such as fake tensors): the step holds one output, not two.
+    class TimeMajorHead(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = torch.nn.Linear(64, 4096)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(x.transpose(0, 1))
+
+    g = gpuest.trace(TimeMajorHead(), (torch.empty(32, 16, 64, device="meta"),), name="head")
+    ops = [a["op"] for _, a in g.nodes(data=True)]
+    assert "aten.add_.Tensor" in ops and "aten.add.Tensor" not in ops
+    peak, breakdown = live_storage_peak_bytes(g)
+    output_bytes = 16 * 32 * 4096 * 4
+    assert output_bytes <= breakdown["activations"] < 2 * output_bytes
+
+
+def test_first_step_creates_optimizer_state_in_the_cached_activation_blocks():
+    # The optimizer's state is created in the first step, after the backward freed the activations, so it
+    # splits their cached segment: later steps need a fresh segment for the activation (gpt2 b400 fp32 on an
+    # H100 ran out of memory that way, data/memory/H100-SXM.jsonl).
+    from gpuest.price.memory.peak import _Program, _replay
+    from gpuest.price.node_table import NodeTable
+    state, activation = 30 * MiB, 100 * MiB
+    program = _Program(persistent=[(0, state, "optimizer_state")],
+                       events=[(True, 1, activation, "activations"), (False, 1, 0, "")], gradients=[],
+                       gemm_phases=frozenset(), optimizer_start=2, table=NodeTable.from_records([]), after_outputs=[])
+    lazy = _replay(program, [], None)
+    assert lazy.peak_reserved_bytes == 2 * activation
+    eager = dataclasses.replace(program, optimizer_start=0)   # state created before the first activation
+    assert _replay(eager, [], None).peak_reserved_bytes == state + activation
+    with pytest.raises(SimulatedOOM):
+        _replay(program, [], 150 * MiB)
+    _replay(eager, [], 150 * MiB)
+
+
+def test_an_nchw_tensor_core_convolution_holds_its_transposed_activations():
+    # cuDNN runs a bf16 3x3 convolution of NCHW data in NHWC: the transposed input and output sit in a
+    # workspace during the call (data/memory/workspace.H200.jsonl); channels-last data needs none.
+    conv = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False).to(torch.bfloat16)
+    peaks = {}
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        x = torch.empty(8, 64, 56, 56, device="meta", dtype=torch.bfloat16).contiguous(memory_format=fmt)
+        g = gpuest.trace(conv.to(memory_format=fmt), (x,), precision="bf16", name="conv")
+        peaks[fmt] = memory_estimate(g, get_gpu("H100"))
+    activation = 8 * 64 * 56 * 56 * 2
+    nchw, nhwc = peaks[torch.contiguous_format], peaks[torch.channels_last]
+    assert nchw.peak_bytes - nhwc.peak_bytes == 2 * activation
+    assert nchw.breakdown_bytes["workspace"] - nhwc.breakdown_bytes["workspace"] == 2 * activation
+
+
 # ------------------------------------------------------------------------------------------ fits, max_batch
 
 def test_a_huge_batch_does_not_fit_a_small_gpu_and_compare_skips_it():
@@ -174,7 +227,7 @@ def _resnet18(batch: int):
 
 
 def test_max_batch_is_the_fitting_boundary():
-    gpu = tiny_gpu(48 * MiB)
+    gpu = tiny_gpu(96 * MiB)    # weights, first-step optimizer state and workspaces take ~70 MiB of segments
     make = lambda b: (torch.empty(b, 256, device="meta"),)  # noqa: E731
     found = max_batch(mlp(1024), gpu, mode="training", make_inputs=make)
     assert found.batch > 1 and not found.limited
@@ -229,3 +282,14 @@ def test_memory_accuracy_report_scores_peaks_and_verdicts(tmp_path):
     text = out.read_text()
     assert "MAPE 10.00 %" in text and "right on 1 of 2 configs" in text
     assert "| `oom` |" in text and "WRONG" in text
+
+
+def test_workspace_probe_lists_every_convolution_variant_and_rnn_cell(capsys):
+    from gpuest.calibrate import workspace_probe as probe
+    convs = probe.conv_probes()
+    variants = {(p.dtype, p.layout, p.direction) for p in convs}
+    assert len(variants) == len(probe.CONV_DTYPES) * len(probe.CONV_LAYOUTS) * len(probe.CONV_DIRECTIONS)
+    assert len(convs) == len(variants) * len(probe.conv_specs())
+    assert {p.mode for p in probe.rnn_probes()} == {"LSTM", "GRU"}
+    assert probe.main(["--list"]) == 0
+    assert f"{len(convs)} convolution" in capsys.readouterr().out

@@ -94,6 +94,10 @@ class Cost:
     dependent_updates: updates of one output row the kernel makes one after another, each reading what
         the last one wrote: an index_put that accumulates walks each run of equal indices with one warp
         (Indexing.cu, indexing_backward_kernel), so its longest run is a serial chain whatever the GPU's width.
+    relayout_bytes: for a convolution cuDNN runs (not PyTorch's own depthwise kernels), the bytes of the two
+        activations each of its cuDNN calls transposes when it computes NCHW data in NHWC (forward: input and
+        output; backward: output gradient and input); they are held in a workspace during the call
+        (gpuest.price.memory; whether cuDNN transposes is the `relayout` feature's rule). 0 for other ops.
     """
 
     flops: float
@@ -126,6 +130,7 @@ class Cost:
     variant: str = ""
     atomic_adds: bool = False
     dependent_updates: float = 0.0
+    relayout_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:

@@ -331,6 +331,9 @@ class CudaFunctionPaths(TorchFunctionMode):
       with CUDA's (see `cuda_autocast`).
     - nn.MultiheadAttention in inference: CUDA's fused fast path (see `mha_fast_path`), which fake tensors
       never take.
+    - Linear on a non-contiguous input of more than 2 dims: ATen's `linear` runs matmul and adds the bias
+      in place (`output.add_`), but takes an out-of-place `add` for tensor subclasses such as fake tensors
+      (aten/src/ATen/native/Linear.cpp), which would hold a second output-sized tensor.
 
     device_type: the device the trace runs on, whose autocast state says whether mixed precision is on.
     module_of: the module running now (None if unknown), for calls whose CUDA path its settings decide."""
@@ -358,6 +361,12 @@ class CudaFunctionPaths(TorchFunctionMode):
             fused = _fused_dropout_args(args, kwargs)
             if fused is not None:
                 return torch.native_dropout(*fused)[0]
+        elif func is torch.nn.functional.linear:
+            unfused = _unfused_linear_args(args, kwargs)
+            if unfused is not None:
+                x, weight, bias = unfused
+                out = torch.matmul(x, weight.t())
+                return out.add_(bias.to(out.dtype))
         elif func in CONV_FUNCTIONS:
             split = _separate_bias_args(args, kwargs)
             if split is not None:
@@ -383,6 +392,17 @@ def _separate_bias_args(args: tuple, kwargs: dict) -> tuple[tuple[tuple, dict], 
         return None  # depthwise on NCHW data: PyTorch's kernel adds the bias itself
     positional = tuple(None if i == 2 else a for i, a in enumerate(args))
     return (positional, {k: (None if k == "bias" else v) for k, v in kwargs.items()}), bias
+
+
+def _unfused_linear_args(args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(input, weight, bias) of an F.linear call that ATen computes as matmul plus an in-place bias add (a
+    bias, and an input that is neither 2-D, where addmm fuses the bias, nor contiguous, where it is
+    flattened into one addmm), else None."""
+    bound = {**dict(zip(("input", "weight", "bias"), args)), **kwargs}
+    x, weight, bias = bound.get("input"), bound.get("weight"), bound.get("bias")
+    if not all(isinstance(t, torch.Tensor) for t in (x, weight, bias)) or x.dim() == 2 or x.is_contiguous():
+        return None
+    return x, weight, bias
 
 
 def _fused_dropout_args(args: tuple, kwargs: dict) -> tuple[torch.Tensor, float, bool] | None:

@@ -365,14 +365,20 @@ def _write_share(x: FeatureInputs) -> np.ndarray:
     return np.where(streaming, x.table.bytes_written / np.maximum(x.table.bytes, 1.0) - 0.5, 0.0)
 
 
+def cudnn_relayouts(table: "NodeTable", mode: np.ndarray) -> np.ndarray:
+    """bool per node: cuDNN runs it, a tensor-core convolution of NCHW data in math modes `mode`
+    (effective_math_modes), in NHWC, transposing its operands on the way in and out, unless it is a GEMM
+    over the planes as stored (1x1, stride 1) whose planes are a whole number of tensor-core loads
+    (benchmarks/kernel_facts.py). The transposed copies live in a workspace (Cost.relayout_bytes)."""
+    in_place = (table.gemm_plane > 0) & (np.mod(table.gemm_plane, map_values(mode, ALIGN_ELEMENTS, 1.0)) == 0)
+    tensor_core_conv = (table.category == "conv") & table.tensor_core & (mode != "fp32")
+    return tensor_core_conv & ~table.channels_last & ~in_place
+
+
 @feature("relayout")
 def _relayout(x: FeatureInputs) -> np.ndarray:
-    """cuDNN runs a tensor-core convolution of NCHW data in NHWC, transposing its operands on the way in
-    and out, unless it is a GEMM over the planes as stored (1x1, stride 1) whose planes are a whole number
-    of tensor-core loads (benchmarks/kernel_facts.py)."""
-    in_place = (x.table.gemm_plane > 0) & (np.mod(x.table.gemm_plane, x.align) == 0)
-    tensor_core_conv = (x.table.category == "conv") & x.table.tensor_core & (x.mode != "fp32")
-    return tensor_core_conv & ~x.table.channels_last & ~in_place
+    """The layout transposes cuDNN adds around a convolution of NCHW data (cudnn_relayouts)."""
+    return cudnn_relayouts(x.table, x.mode)
 
 
 @feature("log_row_segment")

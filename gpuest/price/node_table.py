@@ -43,6 +43,7 @@ class NodeTable:
     window: np.ndarray        # sliding-window area of convolutions and pooling (kh * kw); 0 otherwise
     channels_last: np.ndarray # bool: the op reads NHWC-stored activations (Cost.channels_last)
     gemm_plane: np.ndarray    # H * W of a 1x1 stride-1 ungrouped convolution (a GEMM over NCHW planes); else 0
+    relayout_bytes: np.ndarray  # activation bytes a convolution's cuDNN calls transpose into a workspace (NCHW data)
     mixed_dtypes: np.ndarray  # bool: reads floating tensors of more than one dtype
     broadcast: np.ndarray     # bool: a streaming op reading a smaller tensor expanded to the output
     broadcast_run: np.ndarray # output elements over which the expanded tensor keeps one value; 0 if none

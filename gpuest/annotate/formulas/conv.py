@@ -9,7 +9,8 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import conv_flop_count
 
-from ..registry import REGISTRY, Cost, OpCall, is_channels_last, iter_ops, register_cost, shape_of, tensors
+from ..registry import (REGISTRY, Cost, OpCall, is_channels_last, iter_ops, register_cost, shape_of, tensor_bytes,
+                        tensors)
 from .gemm import torch_flops, with_gemm
 
 aten = torch.ops.aten
@@ -37,7 +38,8 @@ def _convolution(call: OpCall) -> Cost:
     mnk, g = _conv_gemm(shape_of(x), shape_of(w), y, groups, transposed)
     return replace(with_gemm(call, "conv", torch_flops(call), mnk, g), window=math.prod(shape_of(w)[2:]),
                    channels_last=is_channels_last(x), gemm_plane=_gemm_plane(shape_of(x), shape_of(w), y, groups),
-                   variant=_conv_variant(shape_of(w), transposed))
+                   variant=_conv_variant(shape_of(w), transposed),
+                   relayout_bytes=_relayout_bytes(x, tensors(call.out)[0], w, groups))
 
 
 def _conv_variant(w: tuple, transposed: bool) -> str:
@@ -73,13 +75,23 @@ def _convolution_backward(call: OpCall) -> Cost:
     cost = replace(with_gemm(call, "conv", flops, dgrad if mask[0] else mnk, g, kernels),
                    window=window, channels_last=is_channels_last(x),
                    gemm_plane=_gemm_plane(shape_of(x), shape_of(w), shape_of(grad_out), groups),
-                   variant=_conv_variant(shape_of(w), transposed))
+                   variant=_conv_variant(shape_of(w), transposed),
+                   relayout_bytes=_relayout_bytes(x, grad_out, w, groups))
     if mask[1] and not transposed and _runs_native_depthwise(shape_of(w), groups, is_channels_last(x)):
         # PyTorch's own depthwise weight gradient gives each weight a block that reduces over the batch
         # and the output positions: a row-wise reduction (Cost.row_count / row_len), not a GEMM.
         cost = replace(cost, row_count=math.prod(shape_of(w)),
                        row_len=shape_of(grad_out)[0] * math.prod(shape_of(grad_out)[2:]))
     return cost
+
+
+def _relayout_bytes(x: Any, y: Any, w: Any, groups: int) -> float:
+    """Cost.relayout_bytes of a convolution between activations `x` and `y` with weight `w`: both their
+    bytes, 0 where PyTorch's own depthwise kernels run it (no cuDNN workspace). A backward that computes
+    both gradients makes two cuDNN calls, one after the other, each holding one such workspace."""
+    if _runs_native_depthwise(shape_of(w), groups, is_channels_last(x)):
+        return 0.0
+    return float(tensor_bytes(x) + tensor_bytes(y))
 
 
 def _runs_native_depthwise(w: tuple, groups: int, channels_last: bool) -> bool:

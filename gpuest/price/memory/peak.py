@@ -4,7 +4,9 @@ Protocol predicted (what gpuest/calibrate/memory_validate.py measures): the mode
 the optimizer state are on the GPU; WARMUP_STEPS steps run; `torch.cuda.reset_peak_memory_stats()`;
 one more step; `torch.cuda.max_memory_allocated()`. A training step begins with
 `zero_grad(set_to_none=True)`, so the previous step's gradients are allocated when the peak is reset and
-freed before the forward pass.
+freed before the forward pass. The first step has no previous gradients, and the optimizer creates its
+state in that step, when its update begins, in blocks the freed activations left cached: where those
+persistent blocks land decides how fragmented the later steps' cache is, and so whether they fit.
 """
 from __future__ import annotations
 
@@ -15,10 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from ...catalog import GPUSpec
 from ...errors import GraphNotAnnotatedError
 from ...measurement_protocol import WARMUP_STEPS
+from ..device_time import effective_math_modes
+from ..features import cudnn_relayouts
+from ..node_table import NodeTable
 from .allocator import CachingAllocator, ExactCounter, SimulatedOOM
 from .workspace import CUBLAS_CATEGORIES, library_workspaces
 
@@ -53,6 +59,9 @@ class _Program:
     events: list[tuple[bool, int, int, str]]     # (is_alloc, sid, bytes, kind) in op order
     gradients: list[int]
     gemm_phases: frozenset[str]
+    optimizer_start: int                         # index in events where the optimizer update begins
+    table: NodeTable                             # the nodes in op order
+    after_outputs: list[int]                     # per node: index in events just after it allocated its outputs
 
 
 _PROGRAMS: "weakref.WeakKeyDictionary[nx.DiGraph, _Program]" = weakref.WeakKeyDictionary()
@@ -76,7 +85,15 @@ def _program(graph: nx.DiGraph) -> _Program:
     grads = set(gradients)
     events: list[tuple[bool, int, int, str]] = []
     gemm_phases = set()
-    for _, attrs in sorted(graph.nodes(data=True), key=lambda kv: kv[1].get("order", kv[0])):
+    optimizer_start = None
+    ordered = sorted(graph.nodes(data=True), key=lambda kv: kv[1].get("order", kv[0]))
+    after_outputs = []
+    for _, attrs in ordered:
+        if optimizer_start is None and attrs.get("phase") == "optimizer":
+            optimizer_start = len(events)
+        tokens = str(attrs.get("mem_events", "")).split()
+        allocated_first = next((i for i, t in enumerate(tokens) if t[0] != "+"), len(tokens))
+        after_outputs.append(len(events) + allocated_first)
         if attrs.get("category") in CUBLAS_CATEGORIES:
             gemm_phases.add(attrs.get("phase", "forward"))
         kind = PHASE_KIND.get(attrs.get("phase", "forward"), "temporaries")
@@ -87,7 +104,9 @@ def _program(graph: nx.DiGraph) -> _Program:
                 events.append((True, s, int(nbytes), "gradients" if s in grads else kind))
             else:
                 events.append((False, int(token[1:]), 0, ""))
-    program = _Program(persistent, events, gradients, frozenset(gemm_phases))
+    program = _Program(persistent, events, gradients, frozenset(gemm_phases),
+                       len(events) if optimizer_start is None else optimizer_start,
+                       NodeTable.from_records([a for _, a in ordered]), after_outputs)
     _PROGRAMS[graph] = program
     return program
 
@@ -100,10 +119,11 @@ class _Replay:
 
 
 def _replay(program: _Program, workspaces: list[tuple[str, int]], capacity: float | None,
-            exact: bool = False) -> _Replay:
+            exact: bool = False, transients: tuple[tuple[int, int], ...] = ()) -> _Replay:
     """Run WARMUP_STEPS + 1 steps through a caching allocator of `capacity` bytes (SimulatedOOM if it
     cannot hold them), or with `exact` through a plain byte count; the peak and its breakdown are the
-    last step's."""
+    last step's. transients: (event index, bytes) of workspaces allocated and freed just before that event."""
+    transient_at = dict(transients)
     alloc: CachingAllocator | ExactCounter = ExactCounter() if exact else CachingAllocator(capacity)
     kinds: Counter[str] = Counter()
     owned: dict[Any, tuple[str, int]] = {}
@@ -119,15 +139,18 @@ def _replay(program: _Program, workspaces: list[tuple[str, int]], capacity: floa
             kinds[kind] -= size
             alloc.free(key)
 
+    lazy_state = [p for p in program.persistent if p[2] == "optimizer_state"]
+
+    def create_state() -> None:   # the optimizer's first update
+        for sid, nbytes, kind in lazy_state:
+            malloc(("persistent", sid), nbytes, kind)
+
     for sid, nbytes, kind in program.persistent:
-        malloc(("persistent", sid), nbytes, kind)
+        if kind != "optimizer_state":
+            malloc(("persistent", sid), nbytes, kind)
     for name, nbytes in workspaces:
         malloc(("workspace", name), nbytes, "workspace")
-    grad_bytes = {sid: n for is_alloc, sid, n, _ in program.events if is_alloc and sid in set(program.gradients)}
-    previous = []
-    for sid in program.gradients:   # the gradients of the step before the first one replayed
-        malloc((-1, sid), grad_bytes.get(sid, 0), "gradients")
-        previous.append((-1, sid))
+    previous: list[tuple[int, int]] = []
     best_total, best = 0, dict(kinds)
     for step in range(WARMUP_STEPS + 1):
         measured = step == WARMUP_STEPS
@@ -136,13 +159,22 @@ def _replay(program: _Program, workspaces: list[tuple[str, int]], capacity: floa
             best_total, best = alloc.allocated_bytes, dict(kinds)
         for key in previous:     # zero_grad(set_to_none=True)
             free(key)
-        for is_alloc, sid, nbytes, kind in program.events:
+        for i, (is_alloc, sid, nbytes, kind) in enumerate(program.events):
+            if step == 0 and i == program.optimizer_start:
+                create_state()
+            if i in transient_at:
+                malloc(("transient", step, i), transient_at[i], "workspace")
+                if measured and alloc.allocated_bytes > best_total:
+                    best_total, best = alloc.allocated_bytes, dict(kinds)
+                free(("transient", step, i))
             if is_alloc:
                 malloc((step, sid), nbytes, kind)
                 if measured and alloc.allocated_bytes > best_total:
                     best_total, best = alloc.allocated_bytes, dict(kinds)
             else:
                 free((step, sid))
+        if step == 0 and program.optimizer_start >= len(program.events):
+            create_state()
         previous = [(step, sid) for sid in program.gradients]
         keep = set(previous)
         for key in [k for k in owned if k[0] == step and k not in keep]:
@@ -163,20 +195,29 @@ def capacity_bytes(gpu: GPUSpec) -> float:
     return gpu.cuda_memory_bytes - CUDA_CONTEXT_RESERVE_BYTES
 
 
+def relayout_workspaces(program: _Program, gpu: GPUSpec) -> tuple[tuple[int, int], ...]:
+    """(event index, bytes) of the workspace each convolution that cuDNN runs in another layout on `gpu`
+    holds while it runs (features.cudnn_relayouts): its transposed activations, Cost.relayout_bytes."""
+    table = program.table
+    relayout = cudnn_relayouts(table, effective_math_modes(table, gpu)[0]) & (table.relayout_bytes > 0)
+    return tuple((program.after_outputs[i], int(table.relayout_bytes[i])) for i in np.flatnonzero(relayout))
+
+
 def memory_estimate(graph: nx.DiGraph, gpu: GPUSpec) -> MemoryEstimate:
     """Predicted peak allocated and reserved bytes of the traced step on `gpu`, and whether it fits."""
     program = _program(graph)
     workspaces = library_workspaces(program.gemm_phases, gpu)
-    key = tuple(workspaces)
+    transients = relayout_workspaces(program, gpu)
+    key = (tuple(workspaces), transients)
     replays = _REPLAYS.setdefault(graph, {})
     if key not in replays:
-        replays[key] = _replay(program, workspaces, None)
+        replays[key] = _replay(program, workspaces, None, transients=transients)
     free_run = replays[key]
     capacity = capacity_bytes(gpu)
     fits = free_run.peak_reserved_bytes <= capacity
     if not fits:   # the allocator releases its cache before giving up: replay against the real limit
         try:
-            _replay(program, workspaces, capacity)
+            _replay(program, workspaces, capacity, transients=transients)
             fits = True
         except SimulatedOOM:
             fits = False
