@@ -293,3 +293,11 @@ def test_workspace_probe_lists_every_convolution_variant_and_rnn_cell(capsys):
     assert {p.mode for p in probe.rnn_probes()} == {"LSTM", "GRU"}
     assert probe.main(["--list"]) == 0
     assert f"{len(convs)} convolution" in capsys.readouterr().out
+
+
+def test_held_out_memory_set_is_a_seeded_draw_of_models_outside_the_main_set():
+    from gpuest.calibrate import memory_validate as mv
+    held_out = mv.held_out_configs()
+    assert held_out == mv.held_out_configs() and len(held_out) == mv.HELD_OUT_COUNT
+    assert not {c.model for c in held_out} & {c.model for c in mv.CONFIGS}
+    assert {c.intent for c in held_out} == {"held-out"}

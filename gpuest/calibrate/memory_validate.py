@@ -114,6 +114,31 @@ CONFIGS: tuple[MemoryConfig, ...] = (
 )
 
 
+# A second set, drawn before it was measured and never used to find a mechanism: HELD_OUT_COUNT configs of
+# models outside CONFIGS, each model, mode, precision and batch drawn with HELD_OUT_SEED (held_out_configs).
+HELD_OUT_SEED = 21
+HELD_OUT_COUNT = 16
+HELD_OUT_MODELS = ("resnet34", "resnet101", "resnext50_32x4d", "wide_resnet50_2", "regnet_y_1_6gf", "regnet_x_3_2gf",
+                   "efficientnet_b2", "efficientnet_v2_s", "mobilenet_v3_small", "mnasnet1_0", "googlenet",
+                   "squeezenet1_1", "shufflenet_v2_x2_0", "densenet169", "convnext_small", "swin_s", "vit_b_32",
+                   "vit_l_16", "maxvit_t", "alexnet", "hf:roberta-base", "hf:distilbert-base-uncased",
+                   "hf:qwen2-0.5b", "hf:mistral-0.85b")
+HELD_OUT_PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
+HELD_OUT_BATCHES = (8, 32, 64, 128)
+
+
+def held_out_configs() -> tuple[MemoryConfig, ...]:
+    """The held-out set: a seeded draw over HELD_OUT_MODELS, modes, precisions and batches."""
+    import random
+    rng = random.Random(HELD_OUT_SEED)
+    models = rng.sample(HELD_OUT_MODELS, HELD_OUT_COUNT)
+    return tuple(_c(m, rng.choice(HELD_OUT_BATCHES), rng.choice((INF, TRAIN)), rng.choice(HELD_OUT_PRECISIONS),
+                    intent="held-out") for m in models)
+
+
+SETS = {"main": lambda: CONFIGS, "held-out": held_out_configs}
+
+
 def is_oom(exc: BaseException) -> bool:
     """Whether `exc` is CUDA running out of memory (torch.OutOfMemoryError, or its message from older paths)."""
     oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
@@ -197,9 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="JSONL file to append rows to")
     ap.add_argument("--budget-s", type=float, default=400.0, help="stop starting new configs after this many seconds")
     ap.add_argument("--only", default=None, help="comma-separated substrings: measure only configs whose key has one")
+    ap.add_argument("--set", choices=sorted(SETS), default="main",
+                    help="main: the configs mechanisms were checked on; held-out: a seeded draw of other models")
     ap.add_argument("--list", action="store_true", help="print the configs and exit")
     args = ap.parse_args(argv)
-    configs = [c for c in CONFIGS if not args.only or any(s in c.key for s in args.only.split(","))]
+    configs = [c for c in SETS[args.set]() if not args.only or any(s in c.key for s in args.only.split(","))]
     if args.list:
         for c in configs:
             print(f"{c.key:60s} {c.intent}")
