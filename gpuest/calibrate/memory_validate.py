@@ -15,7 +15,6 @@ the stage it happened in, memory is freed, and the run continues. Nothing here c
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import gc
 import json
 import sys
@@ -205,14 +204,11 @@ def measure(cfg: MemoryConfig, device: torch.device) -> dict[str, Any]:
 
 
 def provenance(argv: list[str]) -> dict[str, Any]:
-    """GPU, driver, CUDA, cuDNN, library versions, commit, command and date of the run."""
-    from .validate import RunContext
-    ctx = RunContext()
-    info = dict(ctx.provenance)
-    ctx.close()
-    info.update(command="python3 -m gpuest.calibrate.memory_validate " + " ".join(argv),
-                date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                cublas_workspaces_cleared=hasattr(torch._C, "_cuda_clearCublasWorkspaces"))
+    """GPU, driver, CUDA, cuDNN, library versions, commit, command and date of the run (run_provenance), and
+    whether this torch can clear ATen's cuBLAS workspaces between configs."""
+    from .validate import run_provenance
+    info = run_provenance("gpuest.calibrate.memory_validate", argv)
+    info["cublas_workspaces_cleared"] = hasattr(torch._C, "_cuda_clearCublasWorkspaces")
     return info
 
 

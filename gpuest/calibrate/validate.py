@@ -204,6 +204,17 @@ def collect_provenance(ctx: RunContext) -> dict[str, Any]:
     }
 
 
+def run_provenance(module: str, argv: list[str]) -> dict[str, Any]:
+    """Provenance of a measuring run on this machine's GPU (collect_provenance: GPU, driver, CUDA, cuDNN,
+    libraries, commit) with its command, `python3 -m MODULE ARGV...`, and the UTC date."""
+    ctx = RunContext()
+    info = dict(ctx.provenance)
+    ctx.close()
+    info.update(command=f"python3 -m {module} " + " ".join(argv),
+                date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    return info
+
+
 def free_memory(device: torch.device | None = None) -> None:
     gc.collect()
     if torch.cuda.is_available() and (device is None or device.type == "cuda"):

@@ -18,7 +18,6 @@ Nothing here changes any GPU setting.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import functools
 import gc
 import itertools
@@ -189,17 +188,6 @@ def measure_rnn(p: RNNProbe, device: torch.device) -> dict[str, Any]:
     return row
 
 
-def provenance(argv: list[str]) -> dict[str, Any]:
-    """GPU, driver, CUDA, cuDNN, library versions, commit, command and date of the run."""
-    from .validate import RunContext
-    ctx = RunContext()
-    info = dict(ctx.provenance)
-    ctx.close()
-    info.update(command="python3 -m gpuest.calibrate.workspace_probe " + " ".join(argv),
-                date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-    return info
-
-
 def _all_probes(only: str) -> Iterator[ConvProbe | RNNProbe]:
     if only in ("all", "conv"):
         yield from conv_probes()
@@ -226,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         print("gpuest.calibrate.workspace_probe needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
     device = torch.device("cuda", torch.cuda.current_device())
-    prov = provenance(argv)
+    from .validate import run_provenance
+    prov = run_provenance("gpuest.calibrate.workspace_probe", argv)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     start, done = time.perf_counter(), 0

@@ -118,6 +118,11 @@ class _Replay:
     peak_reserved_bytes: int
 
 
+def _higher(total: int, kinds: Counter[str], best_total: int, best: dict[str, int]) -> tuple[int, dict[str, int]]:
+    """The allocated bytes and their breakdown by kind now if they exceed the best so far, else the best."""
+    return (total, dict(kinds)) if total > best_total else (best_total, best)
+
+
 def _replay(program: _Program, workspaces: list[tuple[str, int]], capacity: float | None,
             exact: bool = False, transients: tuple[tuple[int, int], ...] = ()) -> _Replay:
     """Run WARMUP_STEPS + 1 steps through a caching allocator of `capacity` bytes (SimulatedOOM if it
@@ -164,13 +169,13 @@ def _replay(program: _Program, workspaces: list[tuple[str, int]], capacity: floa
                 create_state()
             if i in transient_at:
                 malloc(("transient", step, i), transient_at[i], "workspace")
-                if measured and alloc.allocated_bytes > best_total:
-                    best_total, best = alloc.allocated_bytes, dict(kinds)
+                if measured:
+                    best_total, best = _higher(alloc.allocated_bytes, kinds, best_total, best)
                 free(("transient", step, i))
             if is_alloc:
                 malloc((step, sid), nbytes, kind)
-                if measured and alloc.allocated_bytes > best_total:
-                    best_total, best = alloc.allocated_bytes, dict(kinds)
+                if measured:
+                    best_total, best = _higher(alloc.allocated_bytes, kinds, best_total, best)
             else:
                 free((step, sid))
         if step == 0 and program.optimizer_start >= len(program.events):
