@@ -400,16 +400,30 @@ def conv_workspaces() -> str:
 
 
 def rnn_reserves() -> str:
-    """cuDNN's RNN reserve (kept for backward) per byte of a layers x directions x steps x batch x hidden
-    tensor, fp32, batch >= 64."""
-    rows = [r for r in _workspace_rows("rnn") if r["precision"] == "fp32" and r["batch"] >= 64]
+    """cuDNN's RNN training reserve in elements of the compute dtype per layer x direction x step x batch x
+    hidden unit, less one such element per layer but the last (gpuest.capture.fused_library_calls.
+    RNN_RESERVE_ELEMENTS), batch >= 64. What the probe saw kept after a training forward, less the zero
+    states nn.RNNBase made, the weight copy (bf16 weights, which cuDNN cannot flatten, or fp16 under
+    autocast) and autocast's fp16 copy of the input."""
+    rows = [r for r in _workspace_rows("rnn") if r["batch"] >= 64]
+    gates = {"LSTM": 4, "GRU": 3}
     out = []
     for mode in ("LSTM", "GRU"):
-        ratios = [r["train_saved_bytes"] / (r["layers"] * (2 if r["bidirectional"] else 1) * r["seq"] * r["batch"]
-                                            * r["hidden"] * 4) for r in rows if r["mode"] == mode]
+        ratios = []
+        for r in (r for r in rows if r["mode"] == mode):
+            directions, layers = 2 if r["bidirectional"] else 1, r["layers"]
+            elem = 4 if r["precision"] == "fp32" else 2
+            unit = directions * r["seq"] * r["batch"] * r["hidden"]
+            states = (2 if mode == "LSTM" else 1) * layers * directions * r["batch"] * r["hidden"]
+            weights = sum(gates[mode] * r["hidden"] * ((r["hidden"] if layer == 0 else r["hidden"] * directions)
+                                                       + r["hidden"] + 2) * directions for layer in range(layers))
+            copied = weights if r["precision"] != "fp32" else 0
+            cast = r["seq"] * r["batch"] * r["hidden"] if r["precision"] == "bf16-mixed" else 0
+            reserve = r["train_saved_bytes"] / elem - states - copied - cast
+            ratios.append((reserve - (layers - 1) * unit) / (layers * unit))
         if ratios:
-            out.append(f"{mode} {statistics.median(ratios):.1f}x ({min(ratios):.1f}-{max(ratios):.1f}, {len(ratios)} calls)")
-    return "cuDNN RNN reserve per unit tensor: " + ("; ".join(out) or "no data")
+            out.append(f"{mode} {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} calls)")
+    return "cuDNN RNN reserve, elements per layer x direction x step x batch x hidden: " + ("; ".join(out) or "no data")
 
 
 def main() -> None:

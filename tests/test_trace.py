@@ -628,29 +628,6 @@ def test_fused_rnn_moves_each_tensor_once_and_rereads_only_per_step_weights(cell
     assert rereads <= long - short < rereads + 16 * activation_per_step
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fused_rnn_node_does_not_depend_on_the_cpu_path(cell, dtype):
-    """mkldnn runs a recurrent layer as one op where the host CPU supports its dtype (bf16 needs
-    AVX512-BF16), else ATen decomposes it into per-step ops: the traced node, and so every profile
-    fitted on it, must be the same either way."""
-    rnn_cls = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[cell]
-    model = rnn_cls(input_size=48, hidden_size=64, num_layers=2).to(dtype)
-    x = torch.randn(12, 3, 48, dtype=dtype)
-
-    def rnn_nodes(mkldnn: bool) -> list[dict]:
-        with torch.backends.mkldnn.flags(enabled=mkldnn):
-            graph = trace(model, (x,), mode="training")
-        # fused_ops counts the CPU path's ops; mem_events are its temporaries (peak memory approximates
-        # cuDNN's workspace by them): neither is priced for time.
-        return [{k: v for k, v in d.items() if k not in ("fused_ops", "mem_events")}
-                for d in nodes(graph, category="rnn")]
-
-    with_mkldnn = rnn_nodes(True)
-    assert [d["phase"] for d in with_mkldnn] == ["forward", "backward"]
-    assert with_mkldnn == rnn_nodes(False)
-
-
 @pytest.mark.parametrize("lookup", ["embedding", "index_select", "advanced_index"])
 def test_gather_reads_the_selected_rows_not_the_table(lookup):
     """Looking up 8 rows of a 100k-row table moves about 8 rows; its backward scatters into (and so

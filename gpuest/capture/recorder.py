@@ -20,6 +20,7 @@ from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
 from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, is_channels_last, node_attrs,
                                  storage_key, tensor_bytes, tensors, unique_bytes)
 from .cuda_autocast import call_with_cuda_policy
+from .fused_library_calls import FUSED_MODULES, cudnn_rnn_call
 from .grouped_mm import FAKE_SUBSTITUTES
 from .mha_fast_path import fast_path_call, takes_fast_path
 from .normalize import cuda_op_name
@@ -28,10 +29,6 @@ from .storage_events import StorageEvents
 
 # Dispatcher namespaces that carry no device work (device queries, profiler markers).
 IGNORED_NAMESPACES = frozenset({"prim", "profiler"})
-# Modules that cuDNN runs as one library call on CUDA: their ops become one node.
-FUSED_MODULES: dict[type, tuple[str, str]] = {
-    torch.nn.RNNBase: ("aten._cudnn_rnn.default", "aten._cudnn_rnn_backward.default"),
-}
 
 
 MAX_SHAPES_LISTED = 8
@@ -155,7 +152,8 @@ class OpRecorder(TorchDispatchMode):
                     "serial_steps": float(cost.serial_steps),
                     "kernels": (cost.kernels if TENSOR_CORE_CATEGORIES & {category, cost.category} else 0) + 1}
         work = rnn.work
-        return {"math_mode": self._rnn_math_mode(rnn.dtype, rnn), "dtype": dtype_name(rnn.dtype),
+        # Its formula prices the whole call, whatever ops stand in for it on the CPU.
+        return {"supported": True, "math_mode": self._rnn_math_mode(rnn.dtype, rnn), "dtype": dtype_name(rnn.dtype),
                 "cpu_op": rnn.module_type, "input_shapes": rnn.call.input_shape, "output_shapes": rnn.call.output_shape,
                 "permuted": False, "grid_syncs": work.grid_syncs, "serial_steps": work.serial_steps,
                 "kernels": work.kernels, "flops": work.flops, "bytes_read": work.bytes_read,
@@ -235,10 +233,12 @@ class OpRecorder(TorchDispatchMode):
         fused = fused_call[1] if fused_call else None
         if fused_call:
             self._fused_scope = fused_call[0]
-        if fused is not None and cost.category == "view":
-            return  # metadata ops inside a library call do not exist on the CUDA path
         if fused is not None:
             key = (self._fused_scope, self.phase)
+            if self._fused_key == key and self.nodes and cost.category == "view":
+                # Metadata ops inside a library call do not exist on the CUDA path; what they allocate does.
+                self.storages.touch(outputs, self.nodes[-1].memory)
+                return
             if self._fused_key == key and self.nodes:
                 self._merge(len(self.nodes) - 1, call, cost, producers, outputs)
                 return
@@ -261,7 +261,7 @@ class OpRecorder(TorchDispatchMode):
             "math_mode": math_mode(category, dtype, self.tf32),
             **node_attrs(cost),
             "category": category,
-            "free": cost.category == "view",
+            "free": cost.category == "view" and not fused,
             "staged_for": staged_for,
             "fused_ops": 1,
             "module_calls": self._module_calls,
@@ -294,7 +294,7 @@ class OpRecorder(TorchDispatchMode):
                 a["gemm_m"], a["gemm_n"], a["gemm_k"] = cost.gemm_mnk
             if a["math_mode"] == "int":   # a call that began with an integer op (a length, an index)
                 a["math_mode"] = self._rnn_math_mode(torch.float32, None)
-        a["supported"] = a["supported"] and cost.supported
+        a["supported"] = a["supported"] and (cost.supported or rnn is not None)
         node.inputs = sorted(set(node.inputs) | {p for p in producers if p != index})
         for t in outputs:
             self._writer[storage_key(t)] = index
@@ -347,6 +347,8 @@ class CudaFunctionPaths(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = dict(kwargs or {})
         handled, result = call_with_cuda_policy(func, args, kwargs, self.device_type)
+        if not handled:
+            handled, result = cudnn_rnn_call(func, args, kwargs, self.device_type)
         if handled:
             return result
         if func is torch.nn.functional.multi_head_attention_forward:

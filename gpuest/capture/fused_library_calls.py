@@ -1,0 +1,154 @@
+"""Library calls that CUDA runs as one call where the CPU decomposes the work: cuDNN's recurrent layers.
+
+On CUDA, nn.LSTM/GRU/RNN forward is one `_cudnn_rnn` call and its gradient one `_cudnn_rnn_backward`
+call. The CPU path that the trace would otherwise take runs per layer (oneDNN) or per time step
+(GRU and 16-bit LSTM), which is slow to trace, and holds other tensors than cuDNN does. `cudnn_rnn_call`
+runs a recurrent call as CUDA allocates it instead: the same two library calls, on fake tensors, with
+the weight copy, the reserve and the casts the CUDA program makes. The recorder makes each call one
+node (`FUSED_MODULES`); its time and work come from `annotate.formulas.rnn`.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch.backends.cudnn import CUDNN_TENSOR_DTYPES
+
+# Modules that cuDNN runs as one library call on CUDA: their ops become one node, (forward, backward).
+FUSED_MODULES: dict[type, tuple[str, str]] = {
+    torch.nn.RNNBase: ("aten._cudnn_rnn.default", "aten._cudnn_rnn_backward.default"),
+}
+
+# cudnnRNNMode_t numbering, which `_cudnn_rnn` takes.
+CUDNN_RNN_MODES = {"RNN_RELU": 0, "RNN_TANH": 1, "LSTM": 2, "GRU": 3}
+# The functions nn.RNNBase subclasses call (torch._VF), by the mode they run.
+VF_RNN_MODES: dict[Callable, str] = {torch._VF.rnn_relu: "RNN_RELU", torch._VF.rnn_tanh: "RNN_TANH",
+                                     torch._VF.lstm: "LSTM", torch._VF.gru: "GRU"}
+# The reserve cuDNN keeps from a training forward for its backward, in elements of the compute dtype per
+# layer x direction x time step x batch row x hidden unit; each layer but the last adds one more (its
+# output). The H200 probe measured exactly this for LSTM (5) and GRU (6) at batch >= 64, in fp32, bf16
+# and fp16 (data/memory/workspace.H200.jsonl; `python3 benchmarks/kernel_facts.py` prints the ratio).
+# Plain RNNs were not measured: one gate and the hidden state are assumed.
+RNN_RESERVE_ELEMENTS = {"LSTM": 5, "GRU": 6, "RNN_TANH": 2, "RNN_RELU": 2}
+
+
+@dataclass(frozen=True)
+class CudnnRNNSpec:
+    """What one recurrent call asks cuDNN to run (the `_cudnn_rnn` arguments that are not tensors)."""
+
+    mode: str
+    hidden: int
+    layers: int
+    directions: int
+    batch_first: bool
+    dropout: float
+    train: bool
+    weight_stride0: int       # weights per layer and direction: 4 with biases, 2 without
+    flat_weights: bool        # the weights already are one cuDNN buffer (nn.RNNBase.flatten_parameters)
+
+    def reserve_bytes(self, x: torch.Tensor) -> int:
+        """Bytes of the training reserve for input `x` (time-major or batch-first, unpacked)."""
+        steps, batch = (x.shape[1], x.shape[0]) if self.batch_first else (x.shape[0], x.shape[1])
+        per_layer = self.directions * steps * batch * self.hidden
+        elements = RNN_RESERVE_ELEMENTS[self.mode] * self.layers * per_layer + (self.layers - 1) * per_layer
+        return int(elements) * x.element_size()
+
+
+def cudnn_rnn_call(func: Any, args: tuple, kwargs: dict, device_type: str) -> tuple[bool, Any]:
+    """(True, result) when `func` is a recurrent layer's torch._VF call that cuDNN runs as one library call,
+    run as CUDA allocates it; (False, None) for anything else, including packed sequences and LSTM
+    projections, which keep the CPU path."""
+    mode = VF_RNN_MODES.get(func) if callable(func) else None
+    if mode is None or kwargs or len(args) != 9 or not isinstance(args[2], (list, tuple)):
+        return False, None
+    x, hx, params, has_biases, layers, dropout, train, bidirectional, batch_first = args
+    h0, c0 = hx if mode == "LSTM" else (hx, None)
+    if x.dim() != 3 or (c0 is not None and h0.shape[-1] != c0.shape[-1]):
+        return False, None
+    # ATen's CUDA autocast runs cuDNN RNNs in fp16 whatever autocast's dtype, re-flattening the weights.
+    autocast = torch.is_autocast_enabled(device_type)
+    with torch.autocast(device_type, enabled=False):
+        if autocast:
+            x, h0, c0, *params = (t.to(torch.float16) if t is not None else None for t in (x, h0, c0, *params))
+        spec = CudnnRNNSpec(mode, int(c0.shape[-1] if c0 is not None else h0.shape[-1]), int(layers),
+                            2 if bidirectional else 1, bool(batch_first), float(dropout), bool(train),
+                            4 if has_biases else 2, not autocast and params[0].dtype in CUDNN_TENSOR_DTYPES)
+        out, hy, cy = _CudnnRNN.apply(spec, x, h0, c0, *params)
+    return True, ((out, hy, cy) if mode == "LSTM" else (out, hy))
+
+
+class _CudnnRNN(torch.autograd.Function):
+    """`_cudnn_rnn` forward and a stand-in for `_cudnn_rnn_backward` (which has no fake kernel), each one
+    dispatched op holding the tensors the real call holds."""
+
+    @staticmethod
+    def forward(ctx: Any, spec: CudnnRNNSpec, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor | None,
+                *weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        # Weights cuDNN cannot take in place (bf16) are copied into one buffer per call, kept for backward.
+        weight_buf = None if spec.flat_weights else x.new_empty(sum(w.numel() for w in weights), dtype=weights[0].dtype)
+        # cuDNN runs time-major: a batch-first input is copied, and the output returned as a transposed view.
+        out, hy, cy, _, _ = torch.ops.aten._cudnn_rnn(
+            _time_major(x, spec), list(weights), spec.weight_stride0, None, h0, c0, CUDNN_RNN_MODES[spec.mode],
+            spec.hidden, 0, spec.layers, False, spec.dropout, spec.train, spec.directions == 2, [], None)
+        reserve = x.new_empty(spec.reserve_bytes(x), dtype=torch.uint8) if spec.train else None
+        ctx.spec = spec
+        ctx.set_materialize_grads(False)
+        if c0 is None:
+            ctx.mark_non_differentiable(cy)
+        ctx.save_for_backward(x, h0, c0, out, reserve, weight_buf, *weights)
+        return (out.transpose(0, 1) if spec.batch_first else out), hy, cy
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor | None, grad_hy: torch.Tensor | None,
+                 grad_cy: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        spec: CudnnRNNSpec = ctx.spec
+        x, h0, c0, out, reserve, weight_buf, *weights = ctx.saved_tensors
+        # As _cudnn_rnn_backward does for gradients that autograd leaves undefined.
+        grad_out = torch.zeros_like(out) if grad_out is None else _time_major(grad_out, spec)
+        grad_hy = torch.zeros_like(h0) if grad_hy is None else grad_hy
+        if c0 is not None and grad_cy is None:
+            grad_cy = torch.zeros_like(c0)
+        needs = ctx.needs_input_grad
+        dx, dh0, dc0, dw = cudnn_rnn_backward_op()(
+            _time_major(x, spec), h0, c0, out, reserve, weight_buf, list(weights), grad_out, grad_hy, grad_cy,
+            [needs[1], needs[2], needs[3], any(needs[4:])])
+        # cuDNN writes all weight gradients into one buffer; each weight's is a view of it.
+        offsets = itertools.accumulate(w.numel() for w in weights)
+        dws = [dw[end - w.numel():end].view(w.shape) if dw.numel() else None for w, end in zip(weights, offsets)]
+        dx = dx.transpose(0, 1) if spec.batch_first and needs[1] else dx
+        return (None, dx if needs[1] else None, dh0 if needs[2] else None,
+                dc0 if needs[3] and c0 is not None else None, *dws)
+
+
+def _time_major(t: torch.Tensor, spec: CudnnRNNSpec) -> torch.Tensor:
+    """`t` as the contiguous time-major tensor cuDNN reads (a copy when it is batch-first)."""
+    return (t.transpose(0, 1) if spec.batch_first else t).contiguous()
+
+
+@functools.cache
+def cudnn_rnn_backward_op() -> Any:
+    """The stand-in op for `_cudnn_rnn_backward`: its inputs and its results' sizes (input, hidden and
+    cell gradients, and the flat weight gradient), each left empty where `output_mask` says it is not
+    needed. Defined at first use; it has no kernel, only a fake one."""
+
+    # The schema is spelled out: inferring it from annotations differs across torch versions.
+    @torch.library.custom_op("gpuest::cudnn_rnn_backward", mutates_args=(), schema=(
+        "(Tensor input, Tensor hx, Tensor? cx, Tensor output, Tensor? reserve, Tensor? weight_buf, Tensor[] weights, "
+        "Tensor grad_output, Tensor grad_hy, Tensor? grad_cy, bool[] output_mask) -> (Tensor, Tensor, Tensor, Tensor)"))
+    def cudnn_rnn_backward(input, hx, cx, output, reserve, weight_buf, weights, grad_output, grad_hy, grad_cy,
+                           output_mask):
+        raise NotImplementedError("gpuest::cudnn_rnn_backward only stands in for cuDNN while tracing")
+
+    @cudnn_rnn_backward.register_fake
+    def _(input, hx, cx, output, reserve, weight_buf, weights, grad_output, grad_hy, grad_cy, output_mask):
+        def result(like: torch.Tensor | None, needed: bool, numel: int | None = None) -> torch.Tensor:
+            if like is None or not needed:
+                return input.new_empty(0)
+            return like.new_empty(numel) if numel is not None else torch.empty_like(like)
+        return (result(input, output_mask[0]), result(hx, output_mask[1]), result(cx, output_mask[2]),
+                result(weights[0], output_mask[3], sum(w.numel() for w in weights)))
+
+    return cudnn_rnn_backward
