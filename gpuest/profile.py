@@ -134,13 +134,24 @@ class Profile:
     persistent_step_s: float | None = None
     spilled_step_s: float | None = None
     predicts: tuple[str, ...] = PREDICTS_ALL    # which of PREDICTS_ALL its own measurements cover
+    # Per category and per op, the math-mode families (MODE_FIT_FAMILY) its fitted rows ran in; empty: not
+    # recorded. A GPU without a profile borrows each node's correction from a profile that saw its op and mode.
+    fitted_modes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     path: str | None = None
+
+    def saw(self, name: str, mode: str) -> bool:
+        """Whether this profile's fits saw rows of op or category `name` in math mode `mode` (or its family)."""
+        return MODE_FIT_FAMILY.get(mode, mode) in self.fitted_modes.get(name, ())
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("path")
         if self.predicts == PREDICTS_ALL:
             data.pop("predicts")  # profiles that predict everything stay as they were written before the field
+        if not self.fitted_modes:
+            data.pop("fitted_modes")
+        else:
+            data["fitted_modes"] = {k: list(v) for k, v in self.fitted_modes.items()}
         return {"schema": PROFILE_SCHEMA, **data}
 
     def save(self, path: str | Path) -> Path:
@@ -217,6 +228,10 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
     if "power" in predicts and data.get("kind") == "measured" and power is None:
         raise ProfileError(f"{where}: a measured profile that predicts power needs a power model; a time-only "
                            "profile says predicts: ['time']")
+    modes = data.get("fitted_modes", {})
+    if not isinstance(modes, dict) or not all(isinstance(v, list) and all(isinstance(m, str) for m in v)
+                                              for v in modes.values()):
+        raise ProfileError(f"{where}: fitted_modes must map each category to a list of math-mode names")
     host = _need(data, "host_op_s", dict, where)
     if "default" not in host:
         raise ProfileError(f"{where}: host_op_s needs a 'default' entry")
@@ -230,6 +245,7 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
         residual_features=features, residuals=residuals, power=power,
         provenance=data.get("provenance", {}), residual_points=points,
         **{key: _optional_seconds(data, key, where) for key in OPTIONAL_SECONDS}, predicts=predicts,
+        fitted_modes={k: tuple(v) for k, v in modes.items()},
     )
 
 

@@ -35,8 +35,8 @@ from gpuest.price.node_table import NodeTable
 from gpuest.price.power import dram_bytes, voltage_ratio
 from gpuest.price.profile_choice import roofline_profile
 from gpuest.price.features import RESIDUAL_FEATURES
-from gpuest.profile import (PREDICTS_ALL, PROFILE_SCHEMA, PowerFit, Profile, ResidualFit, ResidualPoints,
-                               mode_key, prior_profile, profile_from_json)
+from gpuest.profile import (MODE_FIT_FAMILY, PREDICTS_ALL, PROFILE_SCHEMA, PowerFit, Profile, ResidualFit,
+                            ResidualPoints, mode_key, prior_profile, profile_from_json)
 from gpuest.evaluate.accuracy import busy_spans_annotations, latest_per_config, trace_config, trace_key
 
 # Training rows a category (an op) needs for a fit of its own; with fewer it uses its parent's fit.
@@ -691,6 +691,15 @@ def calibration_provenance(meta: dict[str, Any], rows: list[dict[str, Any]]) -> 
     return prov
 
 
+def fitted_modes(samples: list[RowFeatures]) -> dict[str, tuple[str, ...]]:
+    """Per category and per op, the math-mode families (MODE_FIT_FAMILY) the regression samples ran in."""
+    seen: dict[str, set[str]] = {}
+    for s in samples:
+        for name in (s.category, s.op):
+            seen.setdefault(name, set()).add(MODE_FIT_FAMILY.get(s.mode, s.mode))
+    return {name: tuple(sorted(modes)) for name, modes in sorted(seen.items())}
+
+
 def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, Any]] | None = None,
                 retrace: bool = True, calibration: CalibrationSamples | None = None) -> Profile:
     """A measured Profile from raw calibration data (see calibration_samples for `retrace`; pass
@@ -716,7 +725,7 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
                       host_only_op_s=prior.host_only_op_s, residual_features=RESIDUAL_FEATURES,
                       residuals=residuals, power=None if time_only else power or prior.power,
                       provenance=provenance, predicts=("time",) if time_only else PREDICTS_ALL,
-                      residual_points=points, host_sync_s=cal.sync_s,
+                      residual_points=points, host_sync_s=cal.sync_s, fitted_modes=fitted_modes(samples),
                       **(asdict(cal.steps) if cal.steps else {}))
     errs = holdout_errors(profile, samples, gpu)
     with_holdout = {}
