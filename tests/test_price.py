@@ -842,3 +842,35 @@ def test_a_gpu_name_or_alias_as_profile_prices_with_that_gpus_shipped_profile(bi
 def test_export_is_on_the_package_face(big_matmul, tmp_path):
     path = gpuest.export(gpuest.estimate(big_matmul, gpu="H100"), tmp_path / "e.json")
     assert "export" in gpuest.__all__ and path.exists() and path.stat().st_size > 0
+
+
+def _conv_nodes() -> NodeTable:
+    """An fp32 and an fp16 convolution forward (NCHW, 3x3, ResNet-like) and an fp32 ReLU."""
+    conv = {"op": "aten.convolution.default", "category": "conv", "flops": 2 * 64 * 56 * 56 * 64 * 64 * 9,
+            "bytes_read": 4 * 64 * 64 * 56 * 56, "bytes_written": 4 * 64 * 64 * 56 * 56, "kernels": 1}
+    relu = {"op": "aten.relu.default", "category": "elementwise", "math_mode": "fp32", "flops": 1e7,
+            "bytes_read": 4e7, "bytes_written": 4e7, "kernels": 1}
+    return NodeTable.from_records([{**conv, "math_mode": "fp32", "dtype": "float32"},
+                                   {**conv, "math_mode": "fp16", "dtype": "float16"}, relu])
+
+
+def test_a_gpu_without_profile_averages_the_corrections_of_every_gpu_that_measured_the_like():
+    """A V100-SXM2 has no profile: its latencies and power come from the nearest GPU measured with power, and
+    each node's correction is the mean over every other GPU whose profile saw that op or category in that
+    math mode: the FP32 convolution from all that timed FP32 convolutions (the public A100 data has none),
+    the fp16 one only from the Hopper profiles, since no public profile has tensor-core rows."""
+    from gpuest.price.device_time import correction_sources, effective_math_modes
+    from gpuest.price.profile_choice import choose_profile
+    gpu = get_gpu("V100-SXM2-16GB")
+    choice = choose_profile(gpu)
+    assert choice.source == "transferred"
+    sources = (choice.profile, *choice.donors)
+    table = _conv_nodes()
+    use = correction_sources(table, effective_math_modes(table, gpu)[0], sources)
+    by_node = [{p.gpu for p, u in zip(sources[1:], col[1:]) if u} for col in use.T]
+    assert not use[0].any()     # every node here was measured on some GPU like it
+    assert "V100-PCIe-32GB" in by_node[0] and "A100-PCIe-40GB" not in by_node[0]
+    assert by_node[1] == {"H100-SXM", "H200"}
+    assert {"V100-PCIe-32GB", "A100-PCIe-40GB", "H100-SXM"} <= by_node[2]
+    # A GPU with its own profile prices every node with it.
+    assert choose_profile(get_gpu("H100")).donors == ()

@@ -187,10 +187,14 @@ def fit_key(op: str, category: str, mode: str, available: Iterable[str]) -> str:
 
 def fit_keys(table: NodeTable, mode: np.ndarray, available: Iterable[str]) -> np.ndarray:
     """fit_key of every node of `table` priced in math modes `mode`."""
+    return _fit_keys(table.fit_op, table.category, mode, available)
+
+
+def _fit_keys(fit_op: np.ndarray, category: np.ndarray, mode: np.ndarray, available: Iterable[str]) -> np.ndarray:
     have = set(available)
     resolved: dict[tuple[str, str, str], str] = {}
-    keys = np.empty(len(table), dtype=object)
-    for i, triple in enumerate(zip(table.fit_op.tolist(), table.category.tolist(), mode.tolist())):
+    keys = np.empty(len(fit_op), dtype=object)
+    for i, triple in enumerate(zip(fit_op.tolist(), category.tolist(), mode.tolist())):
         key = resolved.get(triple)
         if key is None:
             key = resolved[triple] = fit_key(*triple, have)
@@ -205,33 +209,66 @@ def within_fit_range(fit: ResidualFit, x: np.ndarray) -> np.ndarray:
     return np.clip(x, np.asarray(fit.x_lo), np.asarray(fit.x_hi))
 
 
-def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, profile: Profile,
-                 launch: str = "eager") -> tuple[DeviceTimes, list[str]]:
-    """Price every node of `table` on `gpu` at `clock_mhz` (MHz; a scalar or one clock per node).
+def correction_sources(table: NodeTable, mode: np.ndarray, sources: tuple[Profile, ...]) -> np.ndarray:
+    """(sources x nodes) booleans: which of `sources` (the profile, then other GPUs' profiles) correct each
+    node. Every other GPU whose profile saw the node's op or category in its math mode does, their log
+    corrections averaged; where none did, the profile alone (also the only source when there is one). A
+    profile's own fits need not come from rows like the node's (public FP32 timings hold no tensor-core
+    rows; a Hopper's FP32 convolution fits say little of a V100's), and averaging over every GPU that
+    measured the like spreads one architecture's quirks thin."""
+    out = np.zeros((len(sources), len(table)), dtype=bool)
+    if len(sources) == 1:
+        out[0] = True
+        return out
+    chosen: dict[tuple[str, str, str], np.ndarray] = {}
+    for i, triple in enumerate(zip(table.fit_op.tolist(), table.category.tolist(), mode.tolist())):
+        if triple not in chosen:
+            op, category, m = triple
+            names = (*op_keys(op, m)[1::2], category)   # the op, its variant-free and out-of-place forms
+            saw = np.array([False] + [any(p.saw(n, m) for n in names) for p in sources[1:]])
+            saw[0] = not saw.any()
+            chosen[triple] = saw
+        out[:, i] = chosen[triple]
+    return out
 
-    The caller range-checks clocks; compute peaks scale linearly with the SM clock."""
-    mode, notes = effective_math_modes(table, gpu)
-    peaks = {m: gpu.peak_flops_per_s(m) for m in set(mode.tolist())}
-    peak_ref = map_values(mode, peaks, 0.0)
-    peak = peak_ref * (np.asarray(clock_mhz, dtype=float) / gpu.peak_tflops_clock_mhz)
-    work = executed_flops(table, gpu, mode)
-    compute = work / peak
-    memory = table.bytes / gpu.memory_bandwidth_bytes_per_s
-    roof = np.maximum(compute, memory)
-    # An op's efficiency relative to its roofline is a property of its shape, not of the clock it
-    # runs at: features use the roofline at the catalogue's reference clock, so compute-bound ops
-    # scale exactly 1/f.
-    roof_ref = np.maximum(work / np.where(peak_ref > 0, peak_ref, np.inf), memory)
-    launches = reduce_launches(table, gpu)
-    dram_s = dram_floor_s(table, gpu)
-    x = residual_features(FeatureInputs(table, gpu, mode, peak_ref, roof_ref, work, launches, dram_s))
+
+def combined_correction(sources: tuple[Profile, ...], use: np.ndarray, fit_op: np.ndarray, category: np.ndarray,
+                        x: np.ndarray, mode: np.ndarray) -> np.ndarray:
+    """learned_correction's rows, per node averaged over the sources `use` marks (correction_sources): mean
+    log correction, coefficient variance plus the sources' spread, mean residual variance, the widest
+    log range any of them allows, extrapolated by any."""
+    n = len(fit_op)
+    count = use.sum(axis=0)
+    total = np.zeros((6, n))
+    square = np.zeros(n)
+    lo, hi = np.full(n, np.inf), np.full(n, -np.inf)
+    for k, profile in enumerate(sources):
+        sel = use[k]
+        if not sel.any():
+            continue
+        rows = learned_correction(profile, fit_op[sel], category[sel], x[sel], mode[sel])
+        total[:, sel] += rows
+        square[sel] += rows[0] ** 2
+        lo[sel] = np.minimum(lo[sel], rows[3])
+        hi[sel] = np.maximum(hi[sel], rows[4])
+    mean = total / count
+    spread = np.maximum(square / count - mean[0] ** 2, 0.0)
+    return np.stack([mean[0], mean[1] + spread, mean[2], lo, hi, (total[5] > 0).astype(float)])
+
+
+def learned_correction(profile: Profile, fit_op: np.ndarray, category: np.ndarray, x: np.ndarray,
+                       mode: np.ndarray) -> np.ndarray:
+    """Rows (log correction, its coefficient variance, residual variance, lowest and highest log
+    correction its data allows, extrapolated 0/1) for nodes of these fit ops, categories, features `x`
+    (all of RESIDUAL_FEATURES) and math modes, from `profile`'s fits."""
+    n = len(fit_op)
     cols = [RESIDUAL_FEATURES.index(f) for f in profile.residual_features]
-    log_eff = np.zeros(len(table))
-    coef_var = np.zeros(len(table))
-    resid_var = np.zeros(len(table))
-    log_lo, log_hi = np.full(len(table), -np.inf), np.full(len(table), np.inf)
-    extrapolated = np.zeros(len(table), dtype=bool)
-    fit_key = fit_keys(table, mode, profile.residuals)
+    log_eff = np.zeros(n)
+    coef_var = np.zeros(n)
+    resid_var = np.zeros(n)
+    log_lo, log_hi = np.full(n, -np.inf), np.full(n, np.inf)
+    extrapolated = np.zeros(n, dtype=bool)
+    fit_key = _fit_keys(fit_op, category, mode, profile.residuals)
     for key in set(fit_key.tolist()):
         sel = fit_key == key
         fit = profile.residuals[key]
@@ -248,7 +285,37 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
         coef_var[sel] = np.clip(np.einsum("ij,jk,ik->i", xs, cov, xs), 0.0, MAX_LOG_SD ** 2)
         resid_var[sel] = fit.sigma ** 2
     if profile.residual_points:
-        log_eff += local_corrections(x[:, cols], table.fit_op, mode, profile.residual_points)
+        log_eff += local_corrections(x[:, cols], fit_op, mode, profile.residual_points)
+    return np.stack([log_eff, coef_var, resid_var, log_lo, log_hi, extrapolated.astype(float)])
+
+
+def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, profile: Profile,
+                 launch: str = "eager", donors: tuple[Profile, ...] = ()) -> tuple[DeviceTimes, list[str]]:
+    """Price every node of `table` on `gpu` at `clock_mhz` (MHz; a scalar or one clock per node).
+
+    donors: profiles of other GPUs, nearest first, that correct the nodes `profile` never saw the like of
+    (correction_sources); `profile` supplies everything else. The caller range-checks clocks; compute peaks
+    scale linearly with the SM clock."""
+    mode, notes = effective_math_modes(table, gpu)
+    peaks = {m: gpu.peak_flops_per_s(m) for m in set(mode.tolist())}
+    peak_ref = map_values(mode, peaks, 0.0)
+    peak = peak_ref * (np.asarray(clock_mhz, dtype=float) / gpu.peak_tflops_clock_mhz)
+    work = executed_flops(table, gpu, mode)
+    compute = work / peak
+    memory = table.bytes / gpu.memory_bandwidth_bytes_per_s
+    roof = np.maximum(compute, memory)
+    # An op's efficiency relative to its roofline is a property of its shape, not of the clock it
+    # runs at: features use the roofline at the catalogue's reference clock, so compute-bound ops
+    # scale exactly 1/f.
+    roof_ref = np.maximum(work / np.where(peak_ref > 0, peak_ref, np.inf), memory)
+    launches = reduce_launches(table, gpu)
+    dram_s = dram_floor_s(table, gpu)
+    x = residual_features(FeatureInputs(table, gpu, mode, peak_ref, roof_ref, work, launches, dram_s))
+    sources = (profile, *donors)
+    use = correction_sources(table, mode, sources)
+    log_eff, coef_var, resid_var, log_lo, log_hi, extrapolated = combined_correction(
+        sources, use, table.fit_op, table.category, x, mode)
+    extrapolated = extrapolated.astype(bool)
     # The learned part corrects the analytic time only as far as its calibration data did.
     bounded = np.clip(log_eff, log_lo, log_hi)
     extrapolated |= np.abs(bounded - log_eff) > EXTRAPOLATION_TOL

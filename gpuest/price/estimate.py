@@ -156,7 +156,7 @@ class Estimate:
 
 def _device_and_power(table: NodeTable, gpu: GPUSpec, clocks: np.ndarray, choice: ProfileChoice,
                       launch: str) -> tuple[DeviceTimes, NodePower | None, list[str]]:
-    times, notes = device_times(table, gpu, clocks, choice.profile, launch)
+    times, notes = device_times(table, gpu, clocks, choice.profile, launch, choice.donors)
     fit = choice.profile.power
     power = None if fit is None else node_power(table, times, gpu, clocks,
                                                 transfer_power(fit, get_gpu(choice.profile.gpu), gpu))

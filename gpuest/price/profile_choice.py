@@ -18,6 +18,9 @@ class ProfileChoice:
     source: str          # "measured" | "transferred" | "prior" | "roofline" | "user"
     note: str
     power_note: str = ""  # where the power model comes from when the profile itself predicts time only
+    # Other GPUs' profiles, nearest first, that correct the nodes `profile` saw nothing like
+    # (price.device_time.correction_sources); only for a transferred profile.
+    donors: tuple[Profile, ...] = ()
 
 
 def roofline_profile() -> Profile:
@@ -99,13 +102,20 @@ def _choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) -
     if gpu.name in measured:
         p = measured[gpu.name]
         return ProfileChoice(p, "measured", f"calibrated profile of {gpu.name}")
-    # Automatic transfer draws on profiles measured with power and every math mode; a time-only profile of
-    # public fp32 kernels has no tensor-core data to lend (issue 27 leaves the all-GPU transfer to come).
+    # The nearest GPU measured with power and every math mode supplies the latencies, host costs and power;
+    # each node's correction is the mean over every profile whose data saw its op or category in its math
+    # mode, public FP32 timings included (device_time.correction_sources).
     full = {n: p for n, p in measured.items() if "power" in p.predicts}
-    if full:
-        measured = full
-        nearest = min(measured, key=lambda name: _arch_distance(gpu, get_gpu(name)))
-        return ProfileChoice(measured[nearest], "transferred",
-                             f"no calibration for {gpu.name}: efficiencies transferred from {nearest} "
-                             "(features normalised to each GPU's ridge point and SM count)")
-    return ProfileChoice(prior_profile(), "prior", "no calibrated GPU available: prior assumptions")
+    if not full:
+        return ProfileChoice(prior_profile(), "prior", "no calibrated GPU available: prior assumptions")
+    nearest = min(full, key=lambda name: _arch_distance(gpu, get_gpu(name)))
+    by_distance = sorted(measured, key=lambda name: (_arch_distance(gpu, get_gpu(name)), name))
+    donors = tuple(measured[n] for n in by_distance
+                   if measured[n].fitted_modes and measured[n].residual_features == full[nearest].residual_features)
+    lenders = ", ".join(p.gpu for p in donors)
+    return ProfileChoice(full[nearest], "transferred",
+                         f"no calibration for {gpu.name}: latencies and host costs from {nearest}; "
+                         + (f"each op's efficiency averaged over the profiles that measured it in its math mode "
+                            f"({lenders})" if donors else f"efficiencies from {nearest}")
+                         + " (features normalised to each GPU's ridge point and SM count)",
+                         donors=donors)
