@@ -301,3 +301,11 @@ def test_held_out_memory_set_is_a_seeded_draw_of_models_outside_the_main_set():
     assert held_out == mv.held_out_configs() and len(held_out) == mv.HELD_OUT_COUNT
     assert not {c.model for c in held_out} & {c.model for c in mv.CONFIGS}
     assert {c.intent for c in held_out} == {"held-out"}
+
+
+def test_recurrent_memory_set_draws_distinct_cell_mode_precision_combinations():
+    from gpuest.calibrate import memory_validate as mv
+    drawn = mv.recurrent_configs()
+    assert drawn == mv.recurrent_configs() and len(drawn) == mv.RECURRENT_COUNT
+    assert len({(c.model, c.mode, c.precision) for c in drawn}) == len(drawn)
+    assert {c.model for c in drawn} == {"lstm", "gru"} and {c.mode for c in drawn} == {"inference", "training"}

@@ -135,7 +135,23 @@ def held_out_configs() -> tuple[MemoryConfig, ...]:
                     intent="held-out") for m in models)
 
 
-SETS = {"main": lambda: CONFIGS, "held-out": held_out_configs}
+# A third set for the recurrent layers traced as cuDNN's calls (capture.fused_library_calls), drawn (seed
+# RECURRENT_SEED) and committed before it was measured: both cells, both modes, every precision.
+RECURRENT_SEED = 22
+RECURRENT_COUNT = 12
+RECURRENT_BATCHES = (8, 32, 64, 128, 256, 512)
+
+
+def recurrent_configs() -> tuple[MemoryConfig, ...]:
+    """The recurrent set: a seeded draw over cells, modes, precisions and batches, each combination once."""
+    import random
+    rng = random.Random(RECURRENT_SEED)
+    grid = [(m, mode, p) for m in ("lstm", "gru") for mode in (INF, TRAIN) for p in HELD_OUT_PRECISIONS]
+    return tuple(_c(m, rng.choice(RECURRENT_BATCHES), mode, p, intent="recurrent")
+                 for m, mode, p in rng.sample(grid, RECURRENT_COUNT))
+
+
+SETS = {"main": lambda: CONFIGS, "held-out": held_out_configs, "recurrent": recurrent_configs}
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -219,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=400.0, help="stop starting new configs after this many seconds")
     ap.add_argument("--only", default=None, help="comma-separated substrings: measure only configs whose key has one")
     ap.add_argument("--set", choices=sorted(SETS), default="main",
-                    help="main: the configs mechanisms were checked on; held-out: a seeded draw of other models")
+                    help="main: the configs mechanisms were checked on; held-out: a seeded draw of other models; "
+                         "recurrent: a seeded draw of LSTM/GRU configs")
     ap.add_argument("--list", action="store_true", help="print the configs and exit")
     args = ap.parse_args(argv)
     configs = [c for c in SETS[args.set]() if not args.only or any(s in c.key for s in args.only.split(","))]
