@@ -24,6 +24,7 @@ from gpuest.price.device_time import correction_sources, device_times, effective
 from gpuest.price.node_table import NodeTable
 from gpuest.price.profile_choice import _choose_profile
 from gpuest.profile import shipped_profiles
+from gpuest.report.document import write_or_print
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTERNAL = ROOT / "data" / "calibration" / "external"
@@ -108,11 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         *errors_table(gpus), "",
         "Not covered: 16-bit and TF32 tensor-core paths (the public data is fp32 only), backward kernels, power.",
     ]) + "\n"
-    if args.out:
-        Path(args.out).write_text(text)
-        print(f"wrote {args.out}")
-    else:
-        print(text)
+    write_or_print(text, args.out)
     return 0
 
 

@@ -17,6 +17,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from gpuest.report.document import write_or_print
 
 REPO = Path(__file__).resolve().parents[1]
 AIM_PCT = 15.0
@@ -54,15 +55,15 @@ class PublishedRow:
 
 
 # What the table shows about the model, in words (the figures are the table's, regenerated with it).
-FINDINGS = """What the rows say. The automatic choice prices every GPU without a profile of its own with the
-Hopper profile nearest it. On the V100's FP32 steps that transfer carries the H100's TF32 convolution
-corrections (cuDNN's TF32 convolutions run at a fifth to a fifteenth of the H100's peak) onto convolutions a
-V100 runs on CUDA cores in FP32, at a far higher share of their peak: FP32 training and large-batch inference
-come out too slow, and slower per image as the batch grows. The V100-PCIe-32GB profile, fitted on the public
-FP32 kernel timings of the same GV100 chip, prices the same steps far closer (last columns). On the A100 it is
-the other way: the A100-PCIe-40GB profile (public FP32 timings, no TF32 or 16-bit tensor-core data) prices
-the TF32 and AMP training steps far too fast. Which donor prices a node best depends on the math mode its
-data covers; choosing the donor per math mode is the transfer issue 27 asks for and is not done here."""
+FINDINGS = """What the rows say. A GPU without a profile of its own takes latencies and host costs from the
+nearest GPU calibrated with power, and each op's learned correction averaged over every shipped profile that
+measured that op (or its category) in its math mode: for the V100's and A100's FP32 convolutions and
+elementwise ops the public FP32 timings and the Hopper profiles, for TF32 and fp16 convolutions
+the Hopper profiles alone. Before, the nearest Hopper profile priced everything, and its FP32/TF32
+convolution corrections made the V100's FP32 steps far too slow. The same-chip column prices with the other
+board's public-data profile alone: close on the V100, far too fast on the A100, whose public data has no
+convolutions, TF32 or 16-bit rows. Small inference batches stay far off: their published latency is the
+2021 data pipeline and host, which the table does not score."""
 
 
 def _dle(table: str, gpu: str, mode: str, precision: str, batch: int, img_s: float) -> PublishedRow:
@@ -151,8 +152,8 @@ def report(rows: tuple[PublishedRow, ...] = ROWS) -> str:
         "host stack); listed for reference only",
         "* prediction: throughput = batch / predicted wall time of one eager step (SGD with momentum, foreach; "
         "no data loading, no loss scaling), with the profile `gpuest.estimate` picks (`measured`: the "
-        "GPU's own, for the T4 the one imported from public FP32 kernel timings; `transferred`: the nearest "
-        "calibrated Hopper profile)",
+        "GPU's own, for the T4 the one imported from public FP32 kernel timings; `transferred`: corrections "
+        "averaged over the profiles that measured each op in its math mode, see below)",
         "",
         "| table | GPU | mode | precision | layout | batch | published img/s | predicted img/s | error % "
         "| profile | device-busy share | same-chip profile: img/s, error % | scored |",
@@ -174,11 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="write the Markdown report here (default: print it)")
     args = ap.parse_args(argv)
     text = report()
-    if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
-        print(f"wrote {args.out}")
-    else:
-        print(text, end="")
+    write_or_print(text, args.out)
     return 0
 
 

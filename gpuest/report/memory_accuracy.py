@@ -17,6 +17,7 @@ from ..catalog import get_gpu
 from ..errors import MeasuredDataError
 from ..jsonl import read_jsonl
 from ..price.memory.peak import CUDA_CONTEXT_RESERVE_BYTES, memory_estimate
+from .document import write_or_print
 
 GB = 1e9
 
@@ -95,11 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise MeasuredDataError(f"no gpuest.memory/1 rows in {', '.join(args.measured)}: expected the output of "
                                 "`python3 -m gpuest.calibrate.memory_validate --out FILE`")
     text = report(rows, " ".join(args.measured), args.out or "FILE")
-    if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
-        print(f"wrote {args.out}")
-    else:
-        print(text, end="")
+    write_or_print(text, args.out)
     return 0
 
 
