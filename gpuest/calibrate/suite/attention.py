@@ -1,0 +1,65 @@
+"""Scaled dot-product attention (`F.scaled_dot_product_attention`), forward and backward, causal and
+not, in bf16, fp16 and fp32."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .base import DTYPES, Benchmark, Built, _backward_built, _d, _est, _randn
+
+
+def _attention(out: list[Benchmark]) -> None:
+    shapes = [(1, 16, 512, 64), (8, 16, 1024, 64), (4, 32, 2048, 128), (1, 8, 4096, 128), (16, 12, 256, 64),
+              (2, 16, 8192, 64), (32, 12, 197, 64), (4, 8, 1000, 80)]
+    for mode in ("bf16", "fp16", "fp32"):
+        for si, shape in enumerate(shapes):
+            if mode != "bf16" and si % 2:
+                continue
+            for causal in (False, True):
+                _sdpa_benchmark(out, mode, shape, causal, False)
+                if si < 6:
+                    _sdpa_benchmark(out, mode, shape, causal, True)
+    _attention_more(out)
+
+
+# Attention had 11 held-out shapes; these add head dims 80-128, sequence lengths that are not
+# a multiple of 64 (ViT-L/384's 577, CLIP's 77, Whisper's 1500) and more batch x heads per SM.
+_ATTENTION_MORE = [(2, 32, 1024, 128), (16, 16, 512, 64), (64, 12, 128, 64), (1, 32, 2048, 128), (8, 12, 384, 64),
+                   (4, 16, 1536, 96), (24, 16, 577, 64), (64, 8, 77, 64), (3, 20, 1500, 64)]
+
+
+def _sdpa_benchmark(out: list[Benchmark], mode: str, shape: tuple[int, int, int, int], causal: bool,
+                    backward: bool) -> None:
+    b, h, s, dh = shape
+    dt = DTYPES[mode]
+    fl = 4.0 * b * h * s * s * dh * (0.5 if causal else 1.0)
+    nb = 4 * b * h * s * dh * dt.itemsize
+    params = {"dtype": mode, "batch": b, "heads": h, "seq": s, "head_dim": dh, "causal": causal}
+    tag = f"{mode}_b{b}_h{h}_s{s}_d{dh}{'_causal' if causal else ''}"
+
+    def leaves(device: torch.device, seed: int, i: int) -> tuple:
+        shp = (_d(b, device, 2), _d(h, device, 2), _d(s, device, 16), _d(dh, device, 8))
+        return tuple(_randn(shp, dt, device, seed, i * 4 + j) for j in range(3))
+
+    def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    est_mode = mode if mode != "fp32" else "tf32"
+    if backward:
+        out.append(Benchmark(f"sdpa_bwd_{tag}", "attention", {"op": "sdpa_backward", **params},
+                             lambda device, seed: _backward_built(fwd, lambda i: leaves(device, seed, i), 3),
+                             est_ms=_est(2.5 * fl, 2 * nb, est_mode)))
+    else:
+        out.append(Benchmark(f"sdpa_fwd_{tag}", "attention", {"op": "sdpa", **params},
+                             lambda device, seed: Built(fwd, lambda i: leaves(device, seed, i)),
+                             est_ms=_est(fl, nb, est_mode)))
+
+
+def _attention_more(out: list[Benchmark]) -> None:
+    for si, shape in enumerate(_ATTENTION_MORE):
+        for causal in (False, True):
+            for backward in (False, True):
+                _sdpa_benchmark(out, "bf16", shape, causal, backward)
+        if si % 2 == 0:  # fp32 (the memory-efficient kernels) and fp16 on every other shape
+            for backward in (False, True):
+                _sdpa_benchmark(out, "fp32", shape, False, backward)
+            _sdpa_benchmark(out, "fp16", shape, True, False)

@@ -1,0 +1,186 @@
+"""Convolutions, forward and backward (`aten.convolution_backward`), tf32 and bf16: dense, depthwise
+(NCHW and channels-last), grouped, 1-D and transposed layers of CNN, speech and decoder stages."""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .base import DTYPES, Benchmark, Built, _d, _est, _simple, _tiny
+
+
+_CONV_LAYERS = [
+    # (cin, cout, hw, kernel, stride, groups)
+    (3, 64, 224, 7, 2, 1), (64, 64, 56, 1, 1, 1), (64, 64, 56, 3, 1, 1), (64, 256, 56, 1, 1, 1),
+    (128, 128, 28, 3, 1, 1), (128, 128, 56, 3, 2, 1), (256, 256, 14, 3, 1, 1), (512, 512, 7, 3, 1, 1),
+    (1024, 256, 14, 1, 1, 1), (256, 1024, 14, 1, 1, 1), (512, 2048, 7, 1, 1, 1), (16, 16, 224, 3, 1, 1),
+    (32, 32, 112, 3, 1, 32), (144, 144, 56, 3, 2, 144), (960, 960, 7, 3, 1, 960), (384, 384, 28, 7, 1, 384),
+    (256, 256, 56, 3, 1, 32), (96, 200, 33, 5, 1, 1),
+    # dense layers of wide CNNs (VGG/ResNet stages), which dominate large-batch training
+    (64, 128, 112, 3, 1, 1), (256, 256, 56, 3, 1, 1), (512, 512, 28, 3, 1, 1), (128, 512, 28, 1, 1, 1),
+    # strided 1x1 projections of residual blocks (ResNet/ResNeXt/RegNet downsampling): no plain GEMM, and
+    # cuDNN transposes the whole NCHW input for a quarter of it; and the 3x3 stride-2 stem of
+    # MobileNet/EfficientNet/RegNet, whose 3 input channels a tensor-core kernel pads
+    (64, 128, 56, 1, 2, 1), (128, 256, 28, 1, 2, 1), (256, 512, 56, 1, 2, 1), (512, 1024, 28, 1, 2, 1),
+    (1024, 2048, 14, 1, 2, 1), (3, 32, 224, 3, 2, 1),
+]
+# The 7x7 RGB stem of ResNet-family networks at more batch sizes: it runs at a fifteenth of its padded
+# roofline, and the batch the networks use must not be an extrapolation.
+_STEM_BATCHES = (64, 256)
+
+
+# Depthwise layers of ConvNeXt, MobileNet and EfficientNet stages (channels, hw, kernel, stride) at
+# training batches: cuDNN runs them on CUDA cores with their own kernels, so they need their own fit.
+_DEPTHWISE_LAYERS = [(96, 56, 7, 1), (192, 28, 7, 1), (384, 14, 7, 1), (768, 7, 7, 1), (96, 112, 3, 2),
+                     (240, 28, 5, 1), (672, 14, 5, 1), (1152, 7, 5, 1)]
+
+# The 3x3 grouped layers of ResNeXt-32x4d stages (channels, hw; 32 groups): 4 channels per group are too
+# few for a tensor-core kernel (CUDA cores), 8-32 take grouped tensor-core kernels.
+_GROUPED_LAYERS = [(128, 56), (512, 14), (1024, 7)]
+
+
+# 1-D convolutions of speech and audio encoders and temporal CNNs (cin, cout, length, kernel, stride):
+# Whisper's stem over 3000 log-mel frames, wav2vec 2.0's raw-waveform feature encoder, a TCN block. cuDNN
+# runs them as 2-D convolutions of height 1.
+_CONV1D_LAYERS = [(80, 384, 3000, 3, 1), (384, 384, 3000, 3, 2), (1, 512, 16000, 10, 5), (512, 512, 3199, 3, 2),
+                  (512, 512, 799, 2, 2), (256, 256, 1024, 5, 1)]
+# Transposed convolutions of decoders (cin, cout, hw of the input, kernel, stride): U-Net's 2x2 stride-2
+# up-convolutions and DCGAN's 4x4 stride-2 generator layers.
+_CONV_TRANSPOSE_LAYERS = [(512, 256, 28, 2, 2), (256, 128, 56, 2, 2), (128, 64, 112, 2, 2), (512, 256, 8, 4, 2),
+                          (256, 128, 16, 4, 2), (128, 64, 32, 4, 2)]
+
+
+class _ConvLayer(NamedTuple):
+    cin: int
+    cout: int
+    size: int             # spatial edge of the input (length of a 1-D one)
+    kernel: int
+    stride: int
+    groups: int
+    dims: int = 2         # spatial dimensions
+    transposed: bool = False
+
+    @property
+    def padding(self) -> int:
+        return (self.kernel - self.stride) // 2 if self.transposed else self.kernel // 2
+
+    @property
+    def out_size(self) -> int:
+        if self.transposed:
+            return (self.size - 1) * self.stride - 2 * self.padding + self.kernel
+        return (self.size + 2 * self.padding - self.kernel) // self.stride + 1
+
+    @property
+    def prefix(self) -> str:
+        return ("convT" if self.transposed else "conv") + f"{self.dims}d"
+
+    def tag(self, batch: int, channels_last: bool) -> str:
+        size = f"hw{self.size}" if self.dims == 2 else f"l{self.size}"
+        return (f"c{self.cin}_{self.cout}_{size}_k{self.kernel}_s{self.stride}_g{self.groups}_n{batch}"
+                + ("_nhwc" if channels_last else ""))
+
+
+def _conv_grid() -> list[tuple[_ConvLayer, tuple[int, ...], bool, bool]]:
+    """(layer, batches, with backward at every batch, channels-last activations) for every convolution
+    benchmark."""
+    grid = []
+    for ci, spec in enumerate(_CONV_LAYERS):
+        layer = _ConvLayer(*spec)
+        # Dense layers also at batch 128: at large batch cuDNN picks other (faster) algorithms,
+        # and a grid whose only big convolutions are awkward ones teaches the fit "big is slow".
+        batches = (1, 32, 128) if ci % 3 == 0 or (layer.groups == 1 and layer.cin >= 64) else (1, 32)
+        if spec == _CONV_LAYERS[0]:
+            batches = batches + _STEM_BATCHES
+        grid.append((layer, batches, ci % 2 == 0, False))
+    # Depthwise layers in both memory formats: on NCHW data PyTorch runs its own depthwise kernels, on
+    # channels-last data (ConvNeXt permutes its activations to NHWC) cuDNN's NHWC kernels, ~4x faster
+    # in bf16 and a shape-dependent 0.3-3.4x in tf32 (benchmarks/kernel_facts.py).
+    grid += [(_ConvLayer(c, c, hw, k, stride, c), (32, 128), True, last) for last in (False, True)
+             for c, hw, k, stride in _DEPTHWISE_LAYERS]
+    grid += [(_ConvLayer(c, c, hw, 3, 1, 32), (32, 128), True, False) for c, hw in _GROUPED_LAYERS]
+    grid += [(_ConvLayer(cin, cout, length, k, stride, 1, dims=1), (1, 8, 32), True, False)
+             for cin, cout, length, k, stride in _CONV1D_LAYERS]
+    grid += [(_ConvLayer(cin, cout, hw, k, stride, 1, transposed=True), (1, 32, 128), True, False)
+             for cin, cout, hw, k, stride in _CONV_TRANSPOSE_LAYERS]
+    return grid
+
+
+def _channels_last(build: Callable[[torch.device, int], Built], args: tuple[int, ...]) -> Callable[..., Built]:
+    """`build` with the 4-d inputs at positions `args` stored channels-last (NHWC), as a model that
+    permutes its activations hands them to the convolution."""
+    def wrapped(device: torch.device, seed: int) -> Built:
+        built = build(device, seed)
+        def make_set(i: int) -> tuple:
+            return tuple(t.contiguous(memory_format=torch.channels_last) if j in args else t
+                         for j, t in enumerate(built.make_set(i)))
+        return Built(built.fn, make_set)
+    return wrapped
+
+
+def _conv_shapes(layer: _ConvLayer, batch: int, device: torch.device) -> tuple[tuple, tuple, int]:
+    """(input shape, weight shape, groups) of `layer` at `batch` (capped on CPU dry runs)."""
+    g = layer.groups if not _tiny(device) else (min(layer.groups, 4) if layer.groups > 1 else 1)
+    ci_, co_ = _d(layer.cin, device, 8), _d(layer.cout, device, 8)
+    if g > 1:
+        ci_, co_ = g * max(1, ci_ // g), g * max(1, co_ // g)
+    size = _d(layer.size, device, 12 if layer.dims == 2 else 64)
+    window = (layer.kernel,) * layer.dims
+    weight = (ci_, co_ // g, *window) if layer.transposed else (co_, ci_ // g, *window)
+    return (_d(batch, device, 2), ci_, *(size,) * layer.dims), weight, g
+
+
+def _conv_call(layer: _ConvLayer, g: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The forward convolution of `layer` (F.conv1d, F.conv2d or F.conv_transpose2d)."""
+    if layer.transposed:
+        return lambda x, w: F.conv_transpose2d(x, w, None, layer.stride, layer.padding, 0, g)
+    conv = F.conv1d if layer.dims == 1 else F.conv2d
+    return lambda x, w: conv(x, w, None, layer.stride, layer.padding, 1, g)
+
+
+def _conv(out: list[Benchmark]) -> None:
+    for mode in ("tf32", "bf16"):
+        dt = DTYPES[mode]
+        for layer, batches, all_bwd, last in _conv_grid():
+            cin, cout, kk, groups = layer.cin, layer.cout, layer.kernel, layer.groups
+            for batch in batches:
+                window = kk ** layer.dims
+                in_sp, out_sp = layer.size ** layer.dims, layer.out_size ** layer.dims
+                # a transposed convolution's work is its adjoint's: every input pixel meets every weight
+                fl = 2.0 * batch * window * (cin * in_sp * (cout // groups) if layer.transposed
+                                             else cout * out_sp * (cin // groups))
+                nb = (batch * cin * in_sp + cout * (cin // groups) * window + batch * cout * out_sp) * dt.itemsize
+                tag = layer.tag(batch, last)
+                params = {"dtype": mode, "batch": batch, "cin": cin, "cout": cout, "hw": layer.size, "kernel": kk,
+                          "stride": layer.stride, "groups": groups, "padding": layer.padding}
+                if layer.dims != 2 or layer.transposed:
+                    params.update(dims=layer.dims, transposed=layer.transposed)
+                if last:
+                    params["memory_format"] = "channels_last"
+
+                def build_fwd(device: torch.device, seed: int, layer=layer, batch=batch, dt=dt) -> Built:
+                    xs, ws, g = _conv_shapes(layer, batch, device)
+                    return _simple(_conv_call(layer, g), [xs, ws], [dt, dt])(device, seed)
+                out.append(Benchmark(f"{layer.prefix}_fwd_{mode}_{tag}", "conv", {"op": layer.prefix, **params},
+                                     _channels_last(build_fwd, (0,)) if last else build_fwd,
+                                     est_ms=_est(fl, nb, mode)))
+                if all_bwd or batch >= 32:
+                    def build_bwd(device: torch.device, seed: int, layer=layer, batch=batch, dt=dt) -> Built:
+                        xs, ws, g = _conv_shapes(layer, batch, device)
+                        ys = tuple(_meta_out_shape(_conv_call(layer, g), xs, ws))
+                        n = layer.dims
+
+                        def fn(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> Any:
+                            return torch.ops.aten.convolution_backward(
+                                dy, x, w, None, [layer.stride] * n, [layer.padding] * n, [1] * n, layer.transposed,
+                                [0] * n, g, [True, True, False])
+                        return _simple(fn, [ys, xs, ws], [dt, dt, dt])(device, seed)
+                    out.append(Benchmark(f"{layer.prefix}_bwd_{mode}_{tag}", "conv",
+                                         {"op": layer.prefix + "_backward", **params},
+                                         _channels_last(build_bwd, (0, 1)) if last else build_bwd,
+                                         est_ms=_est(2 * fl, 2 * nb, mode)))
+
+
+def _meta_out_shape(fn: Callable[..., torch.Tensor], *shapes: Sequence[int]) -> torch.Size:
+    """Output shape of `fn` on tensors of `shapes`, computed on the meta device (no memory, no kernel)."""
+    return fn(*(torch.empty(s, device="meta") for s in shapes)).shape

@@ -1,0 +1,218 @@
+"""Copies (category "copy"): casts, transposes, NCHW<->NHWC and attention-head permutes, concatenations,
+the permuted copies networks make (channel shuffles, window partitions, channel splits, rolls), and
+accumulating index_put."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .base import _NUMELS, DTYPES, Benchmark, Built, _d, _est, _gen, _nchw, _randn, _simple
+
+
+def _cast(out: list[Benchmark], src: str, dst: str, n: int) -> None:
+    """A cast of n contiguous elements from dtype src to dst."""
+    def build(device: torch.device, seed: int) -> Built:
+        return _simple(lambda x: x.to(DTYPES[dst]), [(_d(n, device, 1024),)], [DTYPES[src]])(device, seed)
+    out.append(Benchmark(f"cast_{src}_to_{dst}_n{n}", "copy", {"op": f"to_{dst}", "dtype": src, "numel": n},
+                         build, est_ms=_est(0, 6.0 * n)))
+
+
+def _transpose(out: list[Benchmark], mode: str, r: int, c: int) -> None:
+    """A contiguous copy of the transpose of an r x c matrix."""
+    dt = DTYPES[mode]
+
+    def build(device: torch.device, seed: int) -> Built:
+        return _simple(lambda x: x.t().contiguous(), [(_d(r, device), _d(c, device))], [dt])(device, seed)
+    out.append(Benchmark(f"transpose_contig_{mode}_{r}x{c}", "copy",
+                         {"op": "transpose_contiguous", "dtype": mode, "rows": r, "cols": c}, build,
+                         est_ms=_est(0, 2.0 * dt.itemsize * r * c)))
+
+
+def _heads_transpose(out: list[Benchmark], mode: str, shape: tuple[int, int, int, int]) -> None:
+    """(batch, seq, heads, dim) -> (batch, heads, seq, dim), the copies around eager attention."""
+    b, sq, h, d = shape
+    dt = DTYPES[mode]
+
+    def build(device: torch.device, seed: int) -> Built:
+        return _simple(lambda x: x.transpose(1, 2).contiguous(),
+                       [(_d(b, device, 2), _d(sq, device), _d(h, device, 4), _d(d, device))], [dt])(device, seed)
+    out.append(Benchmark(f"heads_transpose_{mode}_b{b}_s{sq}_h{h}_d{d}", "copy",
+                         {"op": "transpose_contiguous", "dtype": mode, "batch": b, "seq": sq, "heads": h, "dim": d},
+                         build, est_ms=_est(0, 2.0 * dt.itemsize * b * sq * h * d)))
+
+
+def _copy(out: list[Benchmark]) -> None:
+    for src, dst, numels in [("fp32", "bf16", _NUMELS), ("bf16", "fp32", _NUMELS), ("fp32", "fp16", _NUMELS[::2])]:
+        for n in numels:
+            _cast(out, src, dst, n)
+    for r, c in [(1024, 1024), (4096, 4096), (8192, 8192), (1000, 3001), (64, 65536)]:
+        _transpose(out, "fp32", r, c)
+    for n, c, hw in [(32, 64, 56), (128, 256, 14), (8, 3, 224)]:
+        def build(device: torch.device, seed: int, n=n, c=c, hw=hw) -> Built:
+            return _simple(lambda x: x.permute(0, 2, 3, 1).contiguous(),
+                           [_nchw(device, n, c, hw)],
+                           [torch.bfloat16])(device, seed)
+        out.append(Benchmark(f"nchw_to_nhwc_bf16_n{n}_c{c}_hw{hw}", "copy",
+                             {"op": "permute_contiguous", "dtype": "bf16", "batch": n, "channels": c, "hw": hw},
+                             build, est_ms=_est(0, 4.0 * n * c * hw * hw)))
+    # attention heads: (batch, seq, heads, dim) <-> (batch, heads, seq, dim) copies around eager attention
+    for mode in ("fp32", "bf16"):
+        for shape in [(32, 128, 12, 64), (8, 1024, 16, 64), (64, 197, 12, 64)]:
+            _heads_transpose(out, mode, shape)
+    # channels-last conversions both ways
+    for mode, src, perm in [("fp32", "nchw", (0, 2, 3, 1)), ("bf16", "nhwc", (0, 3, 1, 2))]:
+        for n, c, hw in [(32, 256, 56), (128, 64, 56), (64, 512, 28)]:
+            def build_perm(device: torch.device, seed: int, n=n, c=c, hw=hw, dt=DTYPES[mode], perm=perm) -> Built:
+                return _simple(lambda x: x.permute(*perm).contiguous(),
+                               [_nchw(device, n, c, hw)],
+                               [dt])(device, seed)
+            dst = "nhwc" if src == "nchw" else "nchw"
+            out.append(Benchmark(f"{src}_to_{dst}_{mode}_n{n}_c{c}_hw{hw}", "copy",
+                                 {"op": "permute_contiguous", "dtype": mode, "batch": n, "channels": c, "hw": hw},
+                                 build_perm, est_ms=_est(0, 2.0 * DTYPES[mode].itemsize * n * c * hw * hw)))
+    for parts, n in [(2, 2 ** 20), (8, 2 ** 20), (2, 2 ** 24), (32, 2 ** 14), (4, 3 * 10 ** 6 + 1)]:
+        def build(device: torch.device, seed: int, parts=parts, n=n) -> Built:
+            return _simple(lambda *ts: torch.cat(ts, 0), [(_d(n, device, 256),)] * parts,
+                           [torch.float32] * parts)(device, seed)
+        out.append(Benchmark(f"cat_fp32_{parts}x{n}", "copy", {"op": "cat", "dtype": "fp32", "parts": parts,
+                                                                "numel": n}, build,
+                             est_ms=_est(0, 8.0 * parts * n)))
+    # along the channels of NCHW activations (SqueezeNet's fire modules, DenseNet's blocks): each part is
+    # written as strided slabs of the output
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for parts, (n, c, hw) in [(2, (256, 64, 55)), (2, (256, 128, 27)), (4, (64, 128, 28)), (8, (64, 32, 56))]:
+            def build_ch(device: torch.device, seed: int, parts=parts, n=n, c=c, hw=hw, dt=dt) -> Built:
+                shape = _nchw(device, n, c, hw)
+                return _simple(lambda *ts: torch.cat(ts, 1), [shape] * parts, [dt] * parts)(device, seed)
+            out.append(Benchmark(f"cat_channels_{mode}_{parts}x{n}x{c}x{hw}x{hw}", "copy",
+                                 {"op": "cat", "dtype": mode, "parts": parts, "batch": n, "channels": c, "hw": hw},
+                                 build_ch, est_ms=_est(0, 2.0 * dt.itemsize * parts * n * c * hw * hw)))
+    _copy_more(out)
+
+
+def _copy_more(out: list[Benchmark]) -> None:
+    """Copy had 8 held-out shapes. More casts, and layout changes over many channel counts at
+    similar bytes (the NCHW<->NHWC transposes around cuDNN's convolutions depend on the channel count)."""
+    for src, dst, numels in [("fp16", "fp32", _NUMELS[1::2]), ("fp32", "bf16", [10 ** 6 + 3, 5 * 10 ** 6 + 3]),
+                             ("bf16", "fp16", [2 ** 20, 2 ** 24])]:
+        for n in numels:
+            _cast(out, src, dst, n)
+    for r, c in [(4096, 4096), (768, 3072), (3072, 768), (50257, 768)]:
+        _transpose(out, "bf16", r, c)
+    for mode, src, perm in [("fp32", "nchw", (0, 2, 3, 1)), ("bf16", "nchw", (0, 2, 3, 1)),
+                            ("bf16", "nhwc", (0, 3, 1, 2))]:
+        for n, c, hw in [(64, 16, 112), (32, 128, 56), (16, 512, 28), (8, 2048, 14), (64, 3, 224)]:
+            def build_perm(device: torch.device, seed: int, n=n, c=c, hw=hw, dt=DTYPES[mode], perm=perm) -> Built:
+                return _simple(lambda x: x.permute(*perm).contiguous(), [_nchw(device, n, c, hw)], [dt])(device, seed)
+            dst = "nhwc" if src == "nchw" else "nchw"
+            name = f"{src}_to_{dst}_{mode}_n{n}_c{c}_hw{hw}"
+            out.append(Benchmark(name, "copy",
+                                 {"op": "permute_contiguous", "dtype": mode, "batch": n, "channels": c, "hw": hw},
+                                 build_perm, est_ms=_est(0, 2.0 * DTYPES[mode].itemsize * n * c * hw * hw)))
+    for mode, (b, sq, h, d) in [("bf16", (16, 512, 16, 64)), ("fp32", (16, 512, 16, 64)), ("bf16", (4, 2048, 32, 128)),
+                                ("bf16", (128, 77, 8, 64))]:
+        _heads_transpose(out, mode, (b, sq, h, d))
+    for mode, parts, (n, c, hw) in [("bf16", 3, (32, 96, 56)), ("fp32", 2, (128, 256, 28)), ("bf16", 2, (8, 512, 64))]:
+        dt = DTYPES[mode]
+
+        def build_ch(device: torch.device, seed: int, parts=parts, n=n, c=c, hw=hw, dt=dt) -> Built:
+            return _simple(lambda *ts: torch.cat(ts, 1), [_nchw(device, n, c, hw)] * parts, [dt] * parts)(device, seed)
+        out.append(Benchmark(f"cat_channels_{mode}_{parts}x{n}x{c}x{hw}x{hw}", "copy",
+                             {"op": "cat", "dtype": mode, "parts": parts, "batch": n, "channels": c, "hw": hw},
+                             build_ch, est_ms=_est(0, 2.0 * dt.itemsize * parts * n * c * hw * hw)))
+    _copy_network_layouts(out)
+
+
+def _permuted_copy(out: list[Benchmark], name: str, mode: str, shape: tuple[int, ...], perm: tuple[int, ...],
+                   params: dict[str, Any]) -> None:
+    """A contiguous copy of a permuted view of a contiguous tensor of `shape`."""
+    dt = DTYPES[mode]
+
+    def build(device: torch.device, seed: int) -> Built:
+        dims = tuple(_d(x, device, 4) for x in shape)
+        return _simple(lambda x: x.permute(*perm).contiguous(), [dims], [dt])(device, seed)
+    out.append(Benchmark(name, "copy", {"op": "permute_contiguous", "dtype": mode, "shape": list(shape),
+                                        "perm": list(perm), **params},
+                         build, est_ms=_est(0, 2.0 * dt.itemsize * math.prod(shape))))
+
+
+def _copy_network_layouts(out: list[Benchmark]) -> None:
+    """The permutations networks copy besides transposes, whose contiguous runs differ: a
+    channel shuffle (ShuffleNet: (N, g, C/g, H, W) -> (N, C/g, g, H, W), runs of H * W) and Swin's window
+    partition and its reverse ((N, H/w, w, W/w, w, C) <-> (N, H/w, W/w, w, w, C), runs of w * C), and the
+    copy a convolution makes of one half of a channel split (ShuffleNet's x.chunk(2, dim=1), runs of C/2 * H * W)."""
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for n, c, hw in [(256, 116, 28), (256, 232, 14), (256, 464, 7)]:
+            def build_half(device: torch.device, seed: int, n=n, c=c, hw=hw, dt=dt) -> Built:
+                shape = _nchw(device, n, c, hw)
+                return _simple(lambda x: x[:, x.shape[1] // 2:].contiguous(), [shape], [dt])(device, seed)
+            out.append(Benchmark(f"channel_half_{mode}_n{n}_c{c}_hw{hw}", "copy",
+                                 {"op": "slice_contiguous", "dtype": mode, "batch": n, "channels": c, "hw": hw},
+                                 build_half, est_ms=_est(0, dt.itemsize * n * c * hw * hw)))
+    for mode in ("fp32", "bf16"):
+        for n, c, hw, g in [(256, 116, 28, 2), (256, 232, 14, 2), (256, 464, 7, 2), (64, 240, 28, 4),
+                            (128, 480, 14, 8)]:
+            _permuted_copy(out, f"channel_shuffle_{mode}_n{n}_c{c}_hw{hw}_g{g}", mode, (n, g, c // g, hw, hw),
+                           (0, 2, 1, 3, 4), {"batch": n, "channels": c, "hw": hw, "groups": g})
+    for mode, n, hw, c, w in [("bf16", 128, 56, 96, 7), ("bf16", 128, 28, 192, 7), ("fp32", 128, 14, 384, 7),
+                              ("fp32", 64, 56, 96, 7), ("bf16", 32, 64, 128, 8)]:
+        shape = (n, hw // w, w, hw // w, w, c)
+        params = {"batch": n, "hw": hw, "channels": c, "window": w}
+        _permuted_copy(out, f"window_partition_{mode}_n{n}_hw{hw}_c{c}_w{w}", mode, shape, (0, 1, 3, 2, 4, 5), params)
+        _permuted_copy(out, f"window_reverse_{mode}_n{n}_hw{hw}_c{c}_w{w}", mode,
+                       (n, hw // w, hw // w, w, w, c), (0, 1, 3, 2, 4, 5), params)
+    # Swin's cyclic shift: torch.roll over the two spatial dimensions of (N, H, W, C) activations, and over one
+    for mode, (n, hw, c), dims in [("bf16", (128, 56, 96), (1, 2)), ("fp32", (128, 28, 192), (1, 2)),
+                                   ("bf16", (128, 14, 384), (1,)), ("fp32", (64, 56, 96), (2,))]:
+        dt = DTYPES[mode]
+
+        def build_roll(device: torch.device, seed: int, n=n, hw=hw, c=c, dims=dims, dt=dt) -> Built:
+            shape = (_d(n, device, 2), _d(hw, device, 8), _d(hw, device, 8), _d(c, device, 4))
+            shifts = tuple(-3 for _ in dims)
+            return _simple(lambda x: torch.roll(x, shifts, dims), [shape], [dt])(device, seed)
+        name = f"roll{len(dims)}d_{mode}_n{n}_hw{hw}_c{c}"
+        out.append(Benchmark(name, "copy", {"op": "roll", "dtype": mode, "batch": n, "hw": hw, "channels": c,
+                                            "dims": list(dims)},
+                             build_roll, est_ms=_est(0, 2.0 * len(dims) * dt.itemsize * n * hw * hw * c)))
+
+
+# (target rows, indices, row width): index_put with accumulate=True, balanced duplicates (indices / rows
+# per target row). The sort-based kernel walks each run of equal indices with one warp, so a few rows
+# hit by many indices (an MoE's expert biases: 16 rows, 8192 indices) take a serial chain of updates.
+INDEX_PUT_ACCUMULATE_SHAPES = [
+    (16, 8192, 1024), (16, 8192, 4096), (64, 8192, 1024), (16, 32768, 256), (128, 65536, 512),
+    (4096, 16384, 1024), (32768, 32768, 256), (8, 4096, 2880),
+]
+
+
+def _index_put_accumulate(out: list[Benchmark], mode: str, targets: int, n_idx: int, width: int) -> None:
+    """torch.index_put(zeros(targets, width), (idx,), values, accumulate=True), idx a shuffled balanced
+    draw: every target row receives n_idx / targets of the values."""
+    dt = DTYPES[mode]
+
+    def build(device: torch.device, seed: int) -> Built:
+        t, n, w = _d(targets, device, 4), _d(n_idx, device), _d(width, device)
+
+        def make_set(i: int) -> tuple:
+            order = torch.randperm(n, device=device, generator=_gen(device, seed, i))
+            return (torch.zeros((t, w), dtype=dt, device=device), order % t,
+                    _randn((n, w), dt, device, seed, 100 + i))
+
+        def fn(base: torch.Tensor, idx: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+            return torch.ops.aten.index_put(base, [idx], values, True)
+        return Built(fn, make_set)
+    nbytes = dt.itemsize * (2.0 * targets * width + n_idx * width) + 16.0 * n_idx
+    out.append(Benchmark(f"index_put_acc_{mode}_t{targets}_n{n_idx}_w{width}", "copy",
+                         {"op": "index_put", "accumulate": True, "dtype": mode, "targets": targets,
+                          "indices": n_idx, "width": width},
+                         build, est_ms=_est(0, nbytes) + 4e-3 * n_idx / targets))
+
+
+def _index_put(out: list[Benchmark]) -> None:
+    for mode in ("fp32", "bf16"):
+        for targets, n_idx, width in INDEX_PUT_ACCUMULATE_SHAPES:
+            _index_put_accumulate(out, mode, targets, n_idx, width)

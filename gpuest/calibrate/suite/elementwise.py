@@ -1,0 +1,77 @@
+"""Elementwise ops over flat tensors (unary and binary, fp32 and bf16, bf16 meeting fp32), broadcast
+bias adds, in-place activations and ReLU's backward, and division by a Python number."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from .base import _NUMELS, DTYPES, Benchmark, Built, _d, _est, _simple, _tiny
+
+
+def _streaming(opname: str, tag: str, fn: Callable[..., Any], arity: int, mode: str, n: int) -> Benchmark:
+    """`fn` over `arity` flat tensors of `n` elements in `mode`'s dtype, named ew_<tag>_<mode>_n<n>."""
+    dt = DTYPES[mode]
+
+    def build(device: torch.device, seed: int) -> Built:
+        return _simple(fn, [(_d(n, device, 1024),)] * arity, [dt] * arity)(device, seed)
+    return Benchmark(f"ew_{tag}_{mode}_n{n}", "elementwise", {"op": opname, "dtype": mode, "numel": n}, build,
+                     est_ms=_est(2.0 * n, (arity + 1) * n * dt.itemsize, mode))
+
+
+def _elementwise(out: list[Benchmark]) -> None:
+    unary = {"relu": torch.relu, "gelu": F.gelu, "sigmoid": torch.sigmoid, "silu": F.silu,
+             "dropout": lambda x: F.dropout(x, 0.1, True)}
+    binary = {"add": torch.add, "mul": torch.mul}
+    for mode in ("fp32", "bf16"):
+        for opname, fn in {**binary, **unary}.items():
+            arity = 2 if opname in binary else 1
+            numels = _NUMELS if mode == "fp32" or opname in ("add", "gelu") else _NUMELS[1::2]
+            for n in numels:
+                out.append(_streaming(opname, opname, fn, arity, mode, n))
+    # Broadcast: a per-channel bias added in place to an NCHW activation (how PyTorch adds a cuDNN
+    # convolution's bias) and a per-feature vector added along the last dim.
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for shape, bshape in [((64, 64, 112, 112), (1, 64, 1, 1)), ((64, 512, 28, 28), (1, 512, 1, 1)),
+                              ((256, 256, 14, 14), (1, 256, 1, 1)), ((8192, 4096), (4096,)),
+                              ((16384, 10000), (10000,)), ((12608, 2304), (2304,))]:
+            n = math.prod(shape)
+
+            def build(device: torch.device, seed: int, shape=shape, bshape=bshape, dt=dt) -> Built:
+                tiny = _tiny(device)
+                xs = tuple(_d(v, device, 2) for v in shape) if tiny else shape
+                bs = tuple(1 if v == 1 else xs[i + len(xs) - len(bshape)] for i, v in enumerate(bshape))
+                return _simple(torch.Tensor.add_, [xs, bs], [dt, dt])(device, seed)
+            tag = "x".join(map(str, shape))
+            out.append(Benchmark(f"ew_bias_add_{mode}_{tag}", "elementwise",
+                                 {"op": "add_", "dtype": mode, "shape": list(shape), "bias_shape": list(bshape)},
+                                 build, est_ms=_est(n, 2.0 * n * dt.itemsize, mode)))
+    # Mixed precision: a bf16 tensor meets an fp32 one (a residual stream under autocast); TensorIterator
+    # casts per element on its non-vectorised path.
+    for opname, fn in binary.items():
+        for n in _NUMELS[1::2]:
+            def build(device: torch.device, seed: int, n=n, fn=fn) -> Built:
+                return _simple(fn, [(_d(n, device, 1024),)] * 2, [torch.bfloat16, torch.float32])(device, seed)
+            out.append(Benchmark(f"ew_{opname}_bf16xfp32_n{n}", "elementwise",
+                                 {"op": opname, "dtype": "bf16+fp32", "numel": n}, build,
+                                 est_ms=_est(2.0 * n, 10.0 * n, "fp32")))
+
+
+def _activations_in_place(out: list[Benchmark]) -> None:
+    # What CNNs run on their activations: in-place activations (read and write one tensor) and ReLU's
+    # backward (threshold_backward: gradient and output in, gradient out).
+    fns = {"relu_": torch.relu_, "hardtanh_": lambda x: F.hardtanh(x, 0.0, 6.0, inplace=True),
+           "silu_": lambda x: F.silu(x, inplace=True),
+           "threshold_backward": lambda g, y: torch.ops.aten.threshold_backward(g, y, 0.0)}
+    for mode in ("fp32", "bf16"):
+        for opname, fn in fns.items():
+            arity = 2 if opname == "threshold_backward" else 1
+            tag = opname.replace("_", "") + "inplace" if opname.endswith("_") else opname
+            for n in _NUMELS[2:]:
+                out.append(_streaming(opname, tag, fn, arity, mode, n))
+        # a tensor divided by a Python number (attention scaling, loss averaging, optimizer steps)
+        for n in _NUMELS[1::2]:
+            out.append(_streaming("div", "divscalar", lambda x: torch.ops.aten.div.Scalar(x, 3.0), 1, mode, n))
