@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1]
 MODULES = ("price/features.py", "price/device_time.py", "price/power.py", "price/host_timeline.py",
            "price/reduce_launch.py", "price/local_correction.py", "price/memory/peak.py",
            "price/memory/allocator.py", "price/memory/workspace.py", "annotate/registry.py",
-           "annotate/formulas/", "capture/routing.py",
+           "annotate/formulas/", "capture/routing.py", "capture/fused_library_calls.py",
            "calibrate/fit.py", "calibrate/budget.py", "profile.py", "measurement_protocol.py")
 COMMAND = re.compile(r"(benchmarks/[\w./]+\.py|python3 -m [\w.]+|data/[\w./-]+\.jsonl)")
 MAX_VALUE_CHARS = 60
