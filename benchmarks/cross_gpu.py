@@ -105,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         "excluded) priced on its catalogue spec at max clock. *others*: geometric mean of the predictions of the "
         "other external GPUs' time-only profiles (none of the left-out GPU's data is used); *default*: what "
         "automatic transfer gives a GPU without calibration: latencies from the nearest GPU calibrated with power, "
-        "each node's correction from the nearest other GPU whose profile saw its op or category in its math mode "
-        "(their log corrections averaged; the set correcting most of the category's kernels is named); *own*: the GPU's own profile, in-sample, as a "
+        "each node's correction averaged over every other GPU whose profile saw its op or category in its math "
+        "mode (the set correcting most of the category's kernels is named); *own*: the GPU's own profile, in-sample, as a "
         "floor. Error = |predicted / measured - 1| of device time (measured = source time less the row's host "
         "overhead).", "",
         *errors_table(gpus), "",

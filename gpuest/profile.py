@@ -135,7 +135,8 @@ class Profile:
     spilled_step_s: float | None = None
     predicts: tuple[str, ...] = PREDICTS_ALL    # which of PREDICTS_ALL its own measurements cover
     # Per category and per op, the math-mode families (MODE_FIT_FAMILY) its fitted rows ran in; empty: not
-    # recorded. A GPU without a profile borrows each node's correction from a profile that saw its op and mode.
+    # recorded. A GPU without a profile averages each node's correction over the profiles that saw its op (or
+    # category) in its mode.
     fitted_modes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     path: str | None = None
 
@@ -231,7 +232,7 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
     modes = data.get("fitted_modes", {})
     if not isinstance(modes, dict) or not all(isinstance(v, list) and all(isinstance(m, str) for m in v)
                                               for v in modes.values()):
-        raise ProfileError(f"{where}: fitted_modes must map each category to a list of math-mode names")
+        raise ProfileError(f"{where}: fitted_modes must map each category or op to a list of math-mode names")
     host = _need(data, "host_op_s", dict, where)
     if "default" not in host:
         raise ProfileError(f"{where}: host_op_s needs a 'default' entry")

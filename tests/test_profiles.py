@@ -115,3 +115,23 @@ def test_a_measured_profile_without_provenance_fails_to_load(tmp_path, dropped):
     path.write_text(json.dumps(data))
     with pytest.raises(ProfileError, match=f"lacks {dropped}.*gpuest fit"):
         load_profile(path)
+
+
+@pytest.mark.parametrize("fitted_modes", [["fp32"], {"conv": "fp32"}, {"conv": [32]}])
+def test_a_profile_with_malformed_fitted_modes_fails_to_load(tmp_path, fitted_modes):
+    from gpuest.errors import ProfileError
+    data = json.loads((ROOT / "gpuest/profiles/T4.json").read_text())
+    data["fitted_modes"] = fitted_modes
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match="fitted_modes must map each category or op to a list of math-mode names"):
+        load_profile(path)
+
+
+def test_shipped_profiles_record_the_math_modes_their_fits_saw():
+    """Transfer needs them (price.device_time.correction_sources): the public FP32 profiles saw only fp32,
+    the Hopper ones 16-bit and TF32 convolutions too."""
+    profiles = shipped_profiles()
+    assert all(p.fitted_modes for p in profiles.values())
+    assert profiles["T4"].saw("matmul", "fp32") and not profiles["T4"].saw("matmul", "bf16")
+    assert profiles["H100-SXM"].saw("aten.convolution.default", "bf16") and profiles["H100-SXM"].saw("conv", "tf32")

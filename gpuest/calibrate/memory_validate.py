@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import random
 import sys
 import time
 import traceback
@@ -128,7 +129,6 @@ HELD_OUT_BATCHES = (8, 32, 64, 128)
 
 def held_out_configs() -> tuple[MemoryConfig, ...]:
     """The held-out set: a seeded draw over HELD_OUT_MODELS, modes, precisions and batches."""
-    import random
     rng = random.Random(HELD_OUT_SEED)
     models = rng.sample(HELD_OUT_MODELS, HELD_OUT_COUNT)
     return tuple(_c(m, rng.choice(HELD_OUT_BATCHES), rng.choice((INF, TRAIN)), rng.choice(HELD_OUT_PRECISIONS),
@@ -144,7 +144,6 @@ RECURRENT_BATCHES = (8, 32, 64, 128, 256, 512)
 
 def recurrent_configs() -> tuple[MemoryConfig, ...]:
     """The recurrent set: a seeded draw over cells, modes, precisions and batches, each combination once."""
-    import random
     rng = random.Random(RECURRENT_SEED)
     grid = [(m, mode, p) for m in ("lstm", "gru") for mode in (INF, TRAIN) for p in HELD_OUT_PRECISIONS]
     return tuple(_c(m, rng.choice(RECURRENT_BATCHES), mode, p, intent="recurrent")

@@ -57,6 +57,14 @@ class CudnnRNNSpec:
         return int(elements) * x.element_size()
 
 
+def cudnn_rnn_dtype(weight_dtype: torch.dtype, autocast: bool) -> torch.dtype:
+    """The dtype cuDNN runs a recurrent call in: fp16 under CUDA autocast whatever autocast's own dtype
+    (ATen's autocast kernel for _cudnn_rnn casts to half and re-flattens the weights: the lstm zoo model's
+    bf16-mixed kernel profile, data/kernels/H100-SXM-training.jsonl, runs __half GEMMs and cells), else its
+    weights' dtype."""
+    return torch.float16 if autocast else weight_dtype
+
+
 def cudnn_rnn_call(func: Any, args: tuple, kwargs: dict, device_type: str) -> tuple[bool, Any]:
     """(True, result) when `func` is a recurrent layer's torch._VF call that cuDNN runs as one library call,
     run as CUDA allocates it; (False, None) for anything else, including packed sequences and LSTM
@@ -68,11 +76,11 @@ def cudnn_rnn_call(func: Any, args: tuple, kwargs: dict, device_type: str) -> tu
     h0, c0 = hx if mode == "LSTM" else (hx, None)
     if x.dim() != 3 or (c0 is not None and h0.shape[-1] != c0.shape[-1]):
         return False, None
-    # ATen's CUDA autocast runs cuDNN RNNs in fp16 whatever autocast's dtype, re-flattening the weights.
     autocast = torch.is_autocast_enabled(device_type)
     with torch.autocast(device_type, enabled=False):
         if autocast:
-            x, h0, c0, *params = (t.to(torch.float16) if t is not None else None for t in (x, h0, c0, *params))
+            dtype = cudnn_rnn_dtype(params[0].dtype, autocast)
+            x, h0, c0, *params = (t.to(dtype) if t is not None else None for t in (x, h0, c0, *params))
         spec = CudnnRNNSpec(mode, int(c0.shape[-1] if c0 is not None else h0.shape[-1]), int(layers),
                             2 if bidirectional else 1, bool(batch_first), float(dropout), bool(train),
                             4 if has_biases else 2, not autocast and params[0].dtype in CUDNN_TENSOR_DTYPES)

@@ -20,7 +20,7 @@ from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
 from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, is_channels_last, node_attrs,
                                  storage_key, tensor_bytes, tensors, unique_bytes)
 from .cuda_autocast import call_with_cuda_policy
-from .fused_library_calls import FUSED_MODULES, cudnn_rnn_call
+from .fused_library_calls import FUSED_MODULES, cudnn_rnn_call, cudnn_rnn_dtype
 from .grouped_mm import FAKE_SUBSTITUTES
 from .mha_fast_path import fast_path_call, takes_fast_path
 from .normalize import cuda_op_name
@@ -132,13 +132,9 @@ class OpRecorder(TorchDispatchMode):
                                                   _shapes([x]), "x".join(map(str, out_shape)))
 
     def _rnn_dtype(self, module: torch.nn.Module, x: torch.Tensor) -> torch.dtype:
-        """The dtype cuDNN runs a recurrent module's call in: fp16 under CUDA autocast, whatever autocast's
-        own dtype (ATen's autocast kernel for _cudnn_rnn casts to half: the lstm zoo model's bf16-mixed
-        kernel profile, data/kernels/H100-SXM-training.jsonl, runs __half GEMMs and cells), else its
-        weights' dtype."""
-        if self.autocast:
-            return torch.float16
-        return next((p.dtype for p in module.parameters() if p.dtype.is_floating_point), x.dtype)
+        """The dtype cuDNN runs a recurrent module's call in (fused_library_calls.cudnn_rnn_dtype)."""
+        weights = next((p.dtype for p in module.parameters() if p.dtype.is_floating_point), x.dtype)
+        return cudnn_rnn_dtype(weights, self.autocast)
 
     def _fused_attrs(self, call: OpCall, cost: Cost, category: str, dtype: torch.dtype | None,
                      rnn: RNNLaunches | None) -> dict[str, Any]:

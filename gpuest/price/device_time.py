@@ -293,9 +293,9 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
                  launch: str = "eager", donors: tuple[Profile, ...] = ()) -> tuple[DeviceTimes, list[str]]:
     """Price every node of `table` on `gpu` at `clock_mhz` (MHz; a scalar or one clock per node).
 
-    donors: profiles of other GPUs, nearest first, that correct the nodes `profile` never saw the like of
-    (correction_sources); `profile` supplies everything else. The caller range-checks clocks; compute peaks
-    scale linearly with the SM clock."""
+    donors: profiles whose fits correct each node that one of them saw the like of, averaged
+    (correction_sources); `profile` corrects the rest and supplies everything else. The caller range-checks
+    clocks; compute peaks scale linearly with the SM clock."""
     mode, notes = effective_math_modes(table, gpu)
     peaks = {m: gpu.peak_flops_per_s(m) for m in set(mode.tolist())}
     peak_ref = map_values(mode, peaks, 0.0)

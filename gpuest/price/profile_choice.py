@@ -18,8 +18,9 @@ class ProfileChoice:
     source: str          # "measured" | "transferred" | "prior" | "roofline" | "user"
     note: str
     power_note: str = ""  # where the power model comes from when the profile itself predicts time only
-    # Other GPUs' profiles, nearest first, that correct the nodes `profile` saw nothing like
-    # (price.device_time.correction_sources); only for a transferred profile.
+    # Shipped profiles that record what they measured, nearest GPU first: each node's correction is averaged
+    # over those that saw its op or category in its math mode (price.device_time.correction_sources); only
+    # for a transferred profile.
     donors: tuple[Profile, ...] = ()
 
 
