@@ -168,7 +168,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_fit(args: argparse.Namespace) -> int:
     from gpuest.calibrate.fit import main as fit_main
     return fit_main([args.raw, "-o", args.out] + (["--validation", *args.validation] if args.validation else [])
-                    + (["--stored-nodes"] if args.stored_nodes else []))
+                    + (["--stored-nodes"] if args.stored_nodes else []) + ["--shape-prior", args.shape_prior])
 
 
 def cmd_import_kernels(args: argparse.Namespace) -> int:
@@ -283,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="validation JSONL files of the same GPU (host-side calibration)")
     p.add_argument("--stored-nodes", action="store_true",
                    help="use the nodes stored at measurement time instead of re-tracing the benchmarks")
+    p.add_argument("--shape-prior", default="auto", metavar="GPU|auto|none",
+                   help="shipped profile whose fits a partial calibration corrects in level (default auto: the "
+                        "nearest other calibrated GPU when the rows measured under half the suite)")
     p = add("import-kernels", cmd_import_kernels, "import public per-kernel timings of one GPU (NeuSight's "
             "<op>.csv.gz folder) as calibration rows", model=False)
     p.add_argument("src", help="one GPU's folder of <op>.csv.gz files")

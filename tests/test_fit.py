@@ -431,3 +431,41 @@ def test_the_host_fit_of_one_calibration_run_keeps_each_phase_scale_bounded():
     for key in scaled:
         ratio = fitted.host_op_s[key] / unfitted.host_op_s[key]
         assert lo * (1 - 1e-9) <= ratio <= hi * (1 + 1e-9), key
+
+
+def test_a_partial_calibration_corrects_the_shape_priors_fits_in_level_only():
+    """Few shapes of a key pin its level, not its slopes: with a shape prior, the key's fit keeps the prior's
+    slope (and feature range) and moves its level to this data's, even where this data suggests another
+    slope; without one the same rows fit their own slope."""
+    from gpuest.calibrate.fit import RowFeatures, fit_category, fit_residuals
+    from gpuest.price.features import RESIDUAL_FEATURES
+    j = RESIDUAL_FEATURES.index("log_size")
+    wide = np.linspace(-2, 4, 40)
+    prior_fit = fit_category(_samples(0.5 + 0.3 * wide, _features(log_size=wide)))
+    prior = replace(prior_profile(), residuals={"matmul": prior_fit, "default": prior_fit})
+    size = np.linspace(0.0, 2.0, 12)
+    own = [RowFeatures("matmul", "aten.mm.default", "bf16", float(1.0 - 0.4 * s), x, False, 1e-3, {})
+           for s, x in zip(size, _features(log_size=size))]
+    alone = fit_residuals(own)["matmul"]
+    lent = fit_residuals(own, prior)["matmul"]
+    assert alone.coef[j] == pytest.approx(-0.4, abs=0.01)
+    assert lent.coef[j] == pytest.approx(0.3, abs=1e-9) and lent.x_lo[j] == pytest.approx(-2)
+    # the level moves so that the prior's slope passes through this data's middle (log_size 1: 0.6)
+    assert lent.coef[0] + lent.coef[j] * 1.0 == pytest.approx(0.6, abs=0.05)
+
+
+def test_only_a_partial_suite_borrows_another_gpus_fits():
+    from gpuest.calibrate.fit import PARTIAL_SUITE_SHARE, shape_prior_for
+    h100 = get_gpu("H100")
+    prior = shape_prior_for(h100, 0.3)
+    assert prior is not None and prior.gpu != h100.name and "power" in prior.predicts
+    assert shape_prior_for(h100, PARTIAL_SUITE_SHARE) is None and shape_prior_for(h100, 0.95) is None
+    assert shape_prior_for(h100, 0.0) is None   # imported public timings measure none of the suite
+
+
+def test_fit_names_an_unknown_shape_prior(tmp_path):
+    from gpuest.calibrate.fit import resolve_shape_prior
+    with pytest.raises(ProfileError, match="no shipped profile of that GPU; accepted: auto, none"):
+        resolve_shape_prior("Z9000", RawData({}, []))
+    assert resolve_shape_prior("none", RawData({}, [])) is None
+    assert resolve_shape_prior("H200", RawData({}, [])).gpu == "H200"

@@ -60,6 +60,9 @@ MIN_RESIDUAL_SHARE = 0.05
 HOST_BOUND_MARGIN = 1.5        # measured / host dispatch cost below which a timing is host-limited
 HOST_PACED_MARGIN = 1.5         # elapsed / device-busy above which a host-paced row measured the host
 MIN_HOST_LAUNCH_ROWS = 4       # rows with distinct launch counts needed to split a host cost per launch
+# A calibration that measured less of the suite than this (a default 5-minute run measures about 30 %)
+# corrects the nearest other calibrated GPU's fits (shape_prior_for, fit_residuals).
+PARTIAL_SUITE_SHARE = 0.5
 MIN_SPLIT_ROWS = 4             # benchmarks with barriers needed to split their cost from the serial work
 POWER_BUSY_FRACTION = 0.8       # device-busy share of a power window's benchmark below which it is host-paced
 MIN_POOL_ROWS = 6               # training benchmarks an op (or op in one math mode) needs for a residual pool
@@ -351,13 +354,14 @@ def _well_conditioned(x: np.ndarray, max_cond: float = MAX_CONDITION) -> bool:
     return bool(s[-1] > 0 and s[0] / s[-1] < max_cond)
 
 
-def fit_category(samples: list[RowFeatures], parent: ResidualFit | None = None) -> ResidualFit:
+def fit_category(samples: list[RowFeatures], parent: ResidualFit | None = None, level_only: bool = False) -> ResidualFit:
     """Huber-robust regression on the usable features; the others get coefficient 0.
 
     With a parent fit (partial pooling), the regression is of what the parent leaves unexplained, on
     at most one feature per CHILD_ROWS_PER_COEF samples: a narrow key (one op, one math mode) corrects
     its parent's level and the slopes its own data pin down, and inherits the rest of the parent's
-    shape dependence instead of re-learning it from a dozen benchmarks."""
+    shape dependence instead of re-learning it from a dozen benchmarks. level_only: the pooled fit corrects
+    its parent's level alone (a partial calibration's, see fit_residuals)."""
     y = np.array([s.y for s in samples])
     x = np.vstack([s.x for s in samples])
     coef = np.zeros(x.shape[1])
@@ -371,7 +375,7 @@ def fit_category(samples: list[RowFeatures], parent: ResidualFit | None = None) 
         x_lo = np.minimum(x_lo, parent.x_lo) if parent.x_lo is not None else x_lo
         x_hi = np.maximum(x_hi, parent.x_hi) if parent.x_hi is not None else x_hi
         target = y - within_fit_range(parent, x) @ coef
-        kept = usable_features(x, CHILD_ROWS_PER_COEF)
+        kept = [0] if level_only else usable_features(x, CHILD_ROWS_PER_COEF)
     else:
         target = y
         kept = usable_features(x)
@@ -388,13 +392,30 @@ def fit_category(samples: list[RowFeatures], parent: ResidualFit | None = None) 
                        x_lo=tuple(map(float, x_lo)), x_hi=tuple(map(float, x_hi)), log_lo=log_lo, log_hi=log_hi)
 
 
-def fit_residuals(samples: list[RowFeatures]) -> dict[str, ResidualFit]:
+def shape_prior_for(gpu: GPUSpec, suite_share: float) -> Profile | None:
+    """The shipped profile a calibration of `gpu` that measured `suite_share` of the suite corrects: the
+    nearest other GPU calibrated with power, for a partial run (0 < share < PARTIAL_SUITE_SHARE); None for a
+    (near-)complete suite and for rows that are not the suite's (imported public timings, share 0)."""
+    from gpuest.price.profile_choice import nearest_full_profile
+    if not 0.0 < suite_share < PARTIAL_SUITE_SHARE:
+        return None
+    return nearest_full_profile(gpu, exclude=gpu.name)
+
+
+def fit_residuals(samples: list[RowFeatures], shape_prior: Profile | None = None) -> dict[str, ResidualFit]:
+    """One fit per category, op, and either in one math mode where the samples suffice, and a default.
+    shape_prior: another GPU's profile whose fits a partial calibration corrects. Each key it fits is
+    the parent of this data's fit of that key, and every pooled fit then corrects its parent's level
+    only: a 5-minute run measures a few shapes per key, enough to pin a level but not slopes (slopes
+    fitted from them swung the network error of two such runs of one H100 between 9 and 16 %)."""
     train = [s for s in samples if not s.holdout]
     fits: dict[str, ResidualFit] = {}
+    lent = dict(shape_prior.residuals) if shape_prior is not None else {}
+    level_only = shape_prior is not None
     for cat in sorted({s.category for s in train}):
         cat_rows = [s for s in train if s.category == cat]
         if len(cat_rows) >= MIN_ROWS_PER_CATEGORY:
-            fits[cat] = fit_category(cat_rows)
+            fits[cat] = fit_category(cat_rows, lent.get(cat), level_only)
     # Ops with enough benchmarks of their own (e.g. layer norm vs batch norm, attention forward vs
     # backward) get their own fit, and so do ops and categories in one math mode (an fp32 SIMT GEMM
     # and a bf16 tensor-core GEMM approach their peaks differently); the estimator uses the most
@@ -415,11 +436,12 @@ def fit_residuals(samples: list[RowFeatures]) -> dict[str, ResidualFit]:
             parents = parents_of(rows[0])
             if (len(rows) >= min_rows and len({s.category for s in rows}) == 1 and key not in fits
                     and all(len(rows) < parent_size[p] for p in parents)):
-                fits[key] = fit_category(rows, next((fits[p] for p in parents if p in fits), None))
+                parent = lent.get(key) or next((fits[p] for p in parents if p in fits), None)
+                fits[key] = fit_category(rows, parent, level_only)
     default_rows = [s for s in train if s.category in MEMORY_LIKE] or train
     if not default_rows:
         raise ProfileError("the calibration data has no usable timing rows")
-    fits["default"] = fit_category(default_rows)
+    fits["default"] = fit_category(default_rows, lent.get("default"), level_only)
     return fits
 
 
@@ -701,14 +723,15 @@ def fitted_modes(samples: list[RowFeatures]) -> dict[str, tuple[str, ...]]:
 
 
 def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, Any]] | None = None,
-                retrace: bool = True, calibration: CalibrationSamples | None = None) -> Profile:
+                retrace: bool = True, calibration: CalibrationSamples | None = None,
+                shape_prior: Profile | None = None) -> Profile:
     """A measured Profile from raw calibration data (see calibration_samples for `retrace`; pass
-    `calibration` to reuse samples already derived from `raw`)."""
+    `calibration` to reuse samples already derived from `raw`; see fit_residuals for `shape_prior`)."""
     cal = calibration or calibration_samples(raw, retrace)
     gpu, rows, samples, host, latency, retraced = (cal.gpu, cal.rows, cal.samples, cal.host_op_s, cal.latency_s,
                                                    cal.retraced)
     prior = prior_profile()
-    residuals = fit_residuals(samples)
+    residuals = fit_residuals(samples, shape_prior)
     points = fit_residual_points(samples, residuals)
     idle = raw.meta.get("idle_power_w")
     power = fit_power(rows, gpu, float(idle) if isinstance(idle, (int, float)) else gpu.idle_power_w,
@@ -719,6 +742,9 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
     provenance = calibration_provenance(raw.meta, rows)
     provenance.update(fitted_by=command or "gpuest fit", fitted_rows=len(rows),
                       nodes="retraced" if cal.retrace else "as stored at measurement", retraced_rows=retraced)
+    if shape_prior is not None:
+        provenance["shape_prior"] = (f"{shape_prior.gpu} (suite {shape_prior.provenance.get('suite_version')}, "
+                                     f"share {shape_prior.provenance.get('suite_share')})")
     profile = Profile(gpu=gpu.name, kind="measured", kernel_latency_s=latency,
                       graph_kernel_latency_s=min(prior.graph_kernel_latency_s, latency),
                       host_op_s=host, host_backward_factor=prior.host_backward_factor,
@@ -742,6 +768,26 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
     return profile
 
 
+def resolve_shape_prior(choice: str, raw: RawData) -> Profile | None:
+    """`gpuest fit --shape-prior`: "none", "auto" (shape_prior_for the rows' GPU and suite share), or a GPU
+    with a shipped profile."""
+    if choice == "none":
+        return None
+    if choice == "auto":
+        gpu_name = raw.meta.get("catalog_gpu") or raw.meta.get("gpu_name")
+        if not gpu_name:
+            raise ProfileError("the calibration data names no GPU (meta field gpu_name)")
+        share = calibration_provenance(raw.meta, usable(raw.rows))["suite_share"]
+        return shape_prior_for(get_gpu(str(gpu_name)), share)
+    from gpuest.profile import shipped_profiles
+    from gpuest.price.profile_choice import shipped_profile_named
+    prior = shipped_profile_named(choice)
+    if prior is None:
+        raise ProfileError(f"--shape-prior {choice!r}: no shipped profile of that GPU; accepted: auto, none, or one "
+                           f"of {', '.join(sorted(shipped_profiles()))} (or their aliases)")
+    return prior
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuest fit", description="Fit a profile from raw calibration rows.")
     parser.add_argument("raw", help="calibration JSONL written by `gpuest calibrate`")
@@ -752,6 +798,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stored-nodes", action="store_true",
                         help="regress on the nodes stored in the rows at measurement time instead of "
                              "re-deriving them with this version of the estimator")
+    parser.add_argument("--shape-prior", default="auto", metavar="GPU|auto|none",
+                        help="the shipped profile whose fits a partial calibration corrects in level (auto: the "
+                             f"nearest other calibrated GPU when the rows measured less than {PARTIAL_SUITE_SHARE:.0%} "
+                             "of the suite; none: fit every slope from these rows alone)")
     args = parser.parse_args(argv)
     validation = None
     command = f"gpuest fit {args.raw} -o {args.out}"
@@ -764,8 +814,11 @@ def main(argv: list[str] | None = None) -> int:
         command += " --validation " + " ".join(sources)
     if args.stored_nodes:
         command += " --stored-nodes"
-    profile = fit_profile(load_raw(args.raw), command=command, validation=validation,
-                          retrace=not args.stored_nodes)
+    if args.shape_prior != "auto":
+        command += f" --shape-prior {args.shape_prior}"
+    raw = load_raw(args.raw)
+    profile = fit_profile(raw, command=command, validation=validation, retrace=not args.stored_nodes,
+                          shape_prior=resolve_shape_prior(args.shape_prior, raw))
     profile.save(args.out)
     profile_from_json(json.loads(Path(args.out).read_text()))  # what we wrote must load back
     print(f"wrote {args.out}: {profile.gpu}, {len(profile.residuals)} residual fits, "

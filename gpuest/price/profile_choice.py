@@ -41,7 +41,7 @@ def _arch_distance(a: GPUSpec, b: GPUSpec) -> tuple[int, float]:
     return abs(ia - ib), abs(a.memory_bandwidth_gb_s - b.memory_bandwidth_gb_s)
 
 
-def _shipped_by_name(name: str) -> Profile | None:
+def shipped_profile_named(name: str) -> Profile | None:
     """The shipped profile of the GPU a catalogue name or alias names ("H100" -> H100-SXM); None where `name`
     is no catalogued GPU or that GPU has no shipped profile."""
     from ..errors import UnknownGPUError
@@ -77,6 +77,13 @@ def choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) ->
     return with_power(_choose_profile(gpu, profile))
 
 
+def nearest_full_profile(gpu: GPUSpec, exclude: str | None = None) -> Profile | None:
+    """The shipped profile calibrated with power (every quantity) of the GPU nearest `gpu` in architecture,
+    then memory bandwidth, leaving out the GPU named `exclude`; None if there is none."""
+    full = {n: p for n, p in shipped_profiles().items() if "power" in p.predicts and n != exclude}
+    return full[min(full, key=lambda name: _arch_distance(gpu, get_gpu(name)))] if full else None
+
+
 def _choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) -> ProfileChoice:
     """profile: None (automatic), a Profile, a path to a profile JSON, "prior", "roofline", or a catalogue
     GPU name or alias with a shipped profile ("H100": price with the H100's calibration). An existing file
@@ -88,7 +95,7 @@ def _choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) -
     if profile == "prior":
         return ProfileChoice(prior_profile(), "prior", "prior assumptions (no calibration)")
     if isinstance(profile, str) and not Path(profile).exists():
-        named = _shipped_by_name(profile)
+        named = shipped_profile_named(profile)
         if named is None:
             raise ProfileError(f"profile {profile!r} is neither a profile file nor a GPU with a shipped profile; "
                                f"accepted: a profile JSON path, 'prior', 'roofline', or one of "
@@ -109,7 +116,7 @@ def _choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) -
     full = {n: p for n, p in measured.items() if "power" in p.predicts}
     if not full:
         return ProfileChoice(prior_profile(), "prior", "no calibrated GPU available: prior assumptions")
-    nearest = min(full, key=lambda name: _arch_distance(gpu, get_gpu(name)))
+    nearest = nearest_full_profile(gpu).gpu
     by_distance = sorted(measured, key=lambda name: (_arch_distance(gpu, get_gpu(name)), name))
     donors = tuple(measured[n] for n in by_distance
                    if measured[n].fitted_modes and measured[n].residual_features == full[nearest].residual_features)

@@ -104,7 +104,9 @@ def fresh_markdown(df: pd.DataFrame) -> list[str]:
              for r in rows]
     return ["## A fresh 5-minute calibration against the shipped profile", "",
             "`fresh`: the profile `gpuest fit` made of one default `gpuest calibrate` run (its micro-benchmarks and "
-            "host probes alone), pricing the same configs as the shipped profile. Aim: GPU-bound device-time MAPE "
+            "host probes), pricing the same configs as the shipped profile. A run that measured under half the "
+            "suite corrects the level of the nearest other calibrated GPU's fits (its provenance names it, "
+            "`shape_prior`; never the same GPU's shipped profile). Aim: GPU-bound device-time MAPE "
             f"within {FRESH_MARGIN_PP:g} percentage point of the shipped profile's.", "",
             "The validation set is the 21 models the shipped profile's host costs were fitted on; the "
             "generalisation (issue 25), moe and recipes sets take part in neither profile's fit.", "",
