@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gpuest.calibrate.budget import SUITES, run_plan  # noqa: E402
-from gpuest.calibrate.fit import RawData, fit_profile, load_raw, load_validation, with_current_nodes  # noqa: E402
+from gpuest.calibrate.fit import (RawData, fit_profile, load_raw, load_validation, resolve_shape_prior,  # noqa: E402
+                                  with_current_nodes)
 from gpuest.evaluate.validation_set import TEST_MODELS  # noqa: E402
 from gpuest.profile import Profile, load_profile, shipped_profiles  # noqa: E402
 from gpuest.evaluate.accuracy import GPU_BOUND_FRACTION, load_results, trace_config, trace_key  # noqa: E402
@@ -74,10 +75,10 @@ def retraced_raw(path: str, cache: Path) -> RawData:
 
 def subset_profile(raw: RawData, names: set[str], host_paths: list[str]) -> Profile:
     """The profile `gpuest fit` makes of the rows of `raw` named in `names`, host costs from `host_paths`."""
-    rows = [r for r in raw.rows if r.get("name") in names]
+    subset = RawData(raw.meta, [r for r in raw.rows if r.get("name") in names])
     validation = load_validation(*host_paths) if host_paths else None
-    return fit_profile(RawData(raw.meta, rows), validation=validation, retrace=False,
-                       command="benchmarks/quick_suite_study.py")
+    return fit_profile(subset, validation=validation, retrace=False, command="benchmarks/quick_suite_study.py",
+                       shape_prior=resolve_shape_prior("auto", subset))
 
 
 def gpu_bound_configs(paths: list[str], gpu: str, split: str) -> list[dict[str, Any]]:

@@ -469,3 +469,16 @@ def test_fit_names_an_unknown_shape_prior(tmp_path):
         resolve_shape_prior("Z9000", RawData({}, []))
     assert resolve_shape_prior("none", RawData({}, [])) is None
     assert resolve_shape_prior("H200", RawData({}, [])).gpu == "H200"
+
+
+def test_a_partial_calibration_fits_every_row_once_its_held_out_errors_are_measured():
+    """Each benchmark of a short run pins a level: the final fits use the held-out rows too, while the
+    held-out figures stay those of the split."""
+    from gpuest.profile import shipped_profiles
+    raw = synthetic_rows()
+    held = sum(1 for r in raw.rows if r["holdout"] and r["category"] == "matmul")
+    alone = fit_profile(raw, retrace=False)
+    lent = fit_profile(raw, retrace=False, shape_prior=shipped_profiles()["H200"])
+    assert held and lent.residuals["matmul"].n == alone.residuals["matmul"].n + held
+    assert lent.residuals["matmul"].holdout_median_ape is not None
+    assert lent.provenance["shape_prior"].startswith("H200") and "shape_prior" not in alone.provenance
