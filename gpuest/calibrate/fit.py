@@ -61,7 +61,7 @@ HOST_BOUND_MARGIN = 1.5        # measured / host dispatch cost below which a tim
 HOST_PACED_MARGIN = 1.5         # elapsed / device-busy above which a host-paced row measured the host
 MIN_HOST_LAUNCH_ROWS = 4       # rows with distinct launch counts needed to split a host cost per launch
 # A calibration that measured less of the suite than this (a default 5-minute run measures about 30 %)
-# corrects the nearest other calibrated GPU's fits (shape_prior_for, fit_residuals).
+# corrects the nearest other calibrated GPU's fits (shape_prior_for, fit_residuals); python3 benchmarks/quick_suite_study.py
 PARTIAL_SUITE_SHARE = 0.5
 MIN_SPLIT_ROWS = 4             # benchmarks with barriers needed to split their cost from the serial work
 POWER_BUSY_FRACTION = 0.8       # device-busy share of a power window's benchmark below which it is host-paced
