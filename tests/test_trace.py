@@ -1233,3 +1233,29 @@ def test_multihead_attention_inference_traces_cudas_fused_fast_path():
                  _attention_ops(batch_first=True, training=False, need_weights=True),
                  _attention_ops(batch_first=True, training=False, need_weights=False, precision="bf16-mixed")):
         assert "aten.clone.default" in slow or "aten.mm.default" in slow or "aten.bmm.default" in slow, slow
+
+
+def test_attention_with_a_learned_bias_traces_as_cudas_memory_efficient_kernel():
+    """A relative-position bias trained with the model (BEiT, Swin) is an SDPA mask that requires grad: CUDA
+    runs the memory-efficient kernel, which returns the bias's gradient; the CPU would take the math path."""
+    import collections
+
+    class BiasedAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bias = torch.nn.Parameter(torch.zeros(4, 49, 49))
+            self.qkv = torch.nn.Linear(128, 3 * 128)
+
+        def forward(self, x):
+            b, n, c = x.shape
+            q, k, v = self.qkv(x).reshape(b, n, 3, 4, 32).permute(2, 0, 3, 1, 4)
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=self.bias.unsqueeze(0))
+            return out.transpose(1, 2).reshape(b, n, c)
+
+    g = trace(BiasedAttention(), (torch.empty(2, 49, 128),), mode="training", precision="bf16-mixed")
+    ops = collections.Counter(d["op"] for _, d in g.nodes(data=True) if not d.get("free"))
+    assert ops["aten._scaled_dot_product_efficient_attention.default"] == 1
+    assert ops["aten._scaled_dot_product_efficient_attention_backward.default"] == 1
+    assert not ops["aten.bmm.default"] and not ops["aten._softmax.default"]
+    # 49 keys: ATen pads the bias to the kernel's alignment (one copy forward, its slice backward)
+    assert ops["aten.constant_pad_nd.default"] >= 1
