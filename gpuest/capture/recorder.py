@@ -20,8 +20,8 @@ from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
 from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, is_channels_last, node_attrs,
                                  storage_key, tensor_bytes, tensors, unique_bytes)
 from .cuda_autocast import call_with_cuda_policy
-from .fused_library_calls import FUSED_MODULES, cudnn_rnn_call, cudnn_rnn_dtype
-from .learned_attention_bias import efficient_attention_call, takes_learned_bias_path
+from .fused_library_calls import (FUSED_MODULES, cudnn_rnn_call, cudnn_rnn_dtype, efficient_attention_call,
+                                  takes_learned_bias_path)
 from .grouped_mm import FAKE_SUBSTITUTES
 from .mha_fast_path import fast_path_call, takes_fast_path
 from .normalize import cuda_op_name
