@@ -59,10 +59,18 @@ class CudnnRNNSpec:
 
     def reserve_bytes(self, x: torch.Tensor) -> int:
         """Bytes of the training reserve for input `x` (time-major or batch-first, unpacked)."""
-        steps, batch = (x.shape[1], x.shape[0]) if self.batch_first else (x.shape[0], x.shape[1])
+        steps, batch = rnn_steps_and_batch(x, self.batch_first)
         per_layer = self.directions * steps * batch * self.hidden
         elements = RNN_RESERVE_ELEMENTS[self.mode] * self.layers * per_layer + (self.layers - 1) * per_layer
         return int(elements) * x.element_size()
+
+
+def rnn_steps_and_batch(x: torch.Tensor, batch_first: bool) -> tuple[int, int]:
+    """(time steps, batch rows) of an unpacked recurrent input: (L, N, H_in), (N, L, H_in) when batch-first,
+    or (L, H_in) unbatched (nn.RNNBase runs it as batch 1)."""
+    if x.dim() == 2:
+        return int(x.shape[0]), 1
+    return (int(x.shape[1]), int(x.shape[0])) if batch_first else (int(x.shape[0]), int(x.shape[1]))
 
 
 def cudnn_rnn_dtype(weight_dtype: torch.dtype, autocast: bool) -> torch.dtype:

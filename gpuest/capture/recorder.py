@@ -21,7 +21,7 @@ from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall,
                                  storage_key, tensor_bytes, tensors, unique_bytes)
 from .cuda_autocast import call_with_cuda_policy
 from .fused_library_calls import (FUSED_MODULES, cudnn_rnn_call, cudnn_rnn_dtype, efficient_attention_call,
-                                  takes_learned_bias_path)
+                                  rnn_steps_and_batch, takes_learned_bias_path)
 from .grouped_mm import FAKE_SUBSTITUTES
 from .mha_fast_path import fast_path_call, takes_fast_path
 from .normalize import cuda_op_name
@@ -126,10 +126,9 @@ class OpRecorder(TorchDispatchMode):
         self._module_calls += 1
         x = args[0] if args else None
         if isinstance(module, torch.nn.RNNBase) and isinstance(x, torch.Tensor) and x.dim() in (2, 3):
-            time_dim = 1 if module.batch_first and x.dim() == 3 else 0
-            batch = int(x.shape[1 - time_dim]) if x.dim() == 3 else 1
+            steps, batch = rnn_steps_and_batch(x, module.batch_first)
             out_shape = (*x.shape[:-1], module.hidden_size * (2 if module.bidirectional else 1))
-            self._rnn_calls[id(module)] = RNNCall(int(x.shape[time_dim]), batch, self._rnn_dtype(module, x),
+            self._rnn_calls[id(module)] = RNNCall(steps, batch, self._rnn_dtype(module, x),
                                                   _shapes([x]), "x".join(map(str, out_shape)))
 
     def _rnn_dtype(self, module: torch.nn.Module, x: torch.Tensor) -> torch.dtype:
