@@ -35,6 +35,13 @@ _STEM_BATCHES = (64, 256)
 _DEPTHWISE_LAYERS = [(96, 56, 7, 1), (192, 28, 7, 1), (384, 14, 7, 1), (768, 7, 7, 1), (96, 112, 3, 2),
                      (240, 28, 5, 1), (672, 14, 5, 1), (1152, 7, 5, 1)]
 
+# Dense layers of ResNet/RegNet/ConvNeXt-style stages on channels-last activations and weights (a model moved
+# with .to(memory_format=torch.channels_last)): cuDNN runs NHWC tensor-core kernels without the layout
+# transposes it adds around 16-bit NCHW data, so the NCHW rows and the depthwise NHWC rows say little of them.
+_CONV_LAYERS_NHWC = [(3, 64, 224, 7, 2, 1), (3, 32, 224, 3, 2, 1), (64, 64, 56, 1, 1, 1), (64, 64, 56, 3, 1, 1),
+                     (64, 256, 56, 1, 1, 1), (128, 128, 28, 3, 1, 1), (256, 256, 14, 3, 1, 1), (512, 512, 7, 3, 1, 1),
+                     (1024, 256, 14, 1, 1, 1), (512, 2048, 7, 1, 1, 1), (64, 128, 56, 1, 2, 1), (256, 256, 56, 3, 1, 1)]
+
 # The 3x3 grouped layers of ResNeXt-32x4d stages (channels, hw; 32 groups): 4 channels per group are too
 # few for a tensor-core kernel (CUDA cores), 8-32 take grouped tensor-core kernels.
 _GROUPED_LAYERS = [(128, 56), (512, 14), (1024, 7)]
@@ -81,9 +88,9 @@ class _ConvLayer(NamedTuple):
                 + ("_nhwc" if channels_last else ""))
 
 
-def _conv_grid() -> list[tuple[_ConvLayer, tuple[int, ...], bool, bool]]:
-    """(layer, batches, with backward at every batch, channels-last activations) for every convolution
-    benchmark."""
+def _conv_grid() -> list[tuple[_ConvLayer, tuple[int, ...], bool, bool | str]]:
+    """(layer, batches, with backward at every batch, channels-last: False, True for the activations, or
+    "weights" for the activations and the weights) for every convolution benchmark."""
     grid = []
     for ci, spec in enumerate(_CONV_LAYERS):
         layer = _ConvLayer(*spec)
@@ -99,6 +106,8 @@ def _conv_grid() -> list[tuple[_ConvLayer, tuple[int, ...], bool, bool]]:
     grid += [(_ConvLayer(c, c, hw, k, stride, c), (32, 128), True, last) for last in (False, True)
              for c, hw, k, stride in _DEPTHWISE_LAYERS]
     grid += [(_ConvLayer(c, c, hw, 3, 1, 32), (32, 128), True, False) for c, hw in _GROUPED_LAYERS]
+    grid += [(_ConvLayer(*spec), (32, 128), True, "weights") for spec in _CONV_LAYERS_NHWC]
+    grid += [(_ConvLayer(c, c, hw, 3, 1, 32), (32, 128), True, "weights") for c, hw in _GROUPED_LAYERS]
     grid += [(_ConvLayer(cin, cout, length, k, stride, 1, dims=1), (1, 8, 32), True, False)
              for cin, cout, length, k, stride in _CONV1D_LAYERS]
     grid += [(_ConvLayer(cin, cout, hw, k, stride, 1, transposed=True), (1, 32, 128), True, False)
@@ -157,12 +166,15 @@ def _conv(out: list[Benchmark]) -> None:
                     params.update(dims=layer.dims, transposed=layer.transposed)
                 if last:
                     params["memory_format"] = "channels_last"
+                if last == "weights":
+                    params["weight_memory_format"] = "channels_last"
 
                 def build_fwd(device: torch.device, seed: int, layer=layer, batch=batch, dt=dt) -> Built:
                     xs, ws, g = _conv_shapes(layer, batch, device)
                     return _simple(_conv_call(layer, g), [xs, ws], [dt, dt])(device, seed)
                 out.append(Benchmark(f"{layer.prefix}_fwd_{mode}_{tag}", "conv", {"op": layer.prefix, **params},
-                                     _channels_last(build_fwd, (0,)) if last else build_fwd,
+                                     _channels_last(build_fwd, (0, 1) if last == "weights" else (0,)) if last
+                                     else build_fwd,
                                      est_ms=_est(fl, nb, mode)))
                 if all_bwd or batch >= 32:
                     def build_bwd(device: torch.device, seed: int, layer=layer, batch=batch, dt=dt) -> Built:
@@ -177,7 +189,8 @@ def _conv(out: list[Benchmark]) -> None:
                         return _simple(fn, [ys, xs, ws], [dt, dt, dt])(device, seed)
                     out.append(Benchmark(f"{layer.prefix}_bwd_{mode}_{tag}", "conv",
                                          {"op": layer.prefix + "_backward", **params},
-                                         _channels_last(build_bwd, (0, 1)) if last else build_bwd,
+                                         _channels_last(build_bwd, (0, 1, 2) if last == "weights" else (0, 1))
+                                         if last else build_bwd,
                                          est_ms=_est(2 * fl, 2 * nb, mode)))
 
 
