@@ -61,7 +61,7 @@ HOST_BOUND_MARGIN = 1.5        # measured / host dispatch cost below which a tim
 HOST_PACED_MARGIN = 1.5         # elapsed / device-busy above which a host-paced row measured the host
 MIN_HOST_LAUNCH_ROWS = 4       # rows with distinct launch counts needed to split a host cost per launch
 # A calibration that measured less of the suite than this (a default 5-minute run measures about 30 %)
-# corrects the nearest other calibrated GPU's fits (shape_prior_for, fit_residuals); python3 benchmarks/quick_suite_study.py
+# corrects the nearest other calibrated GPU's fits (shape_prior_for); python3 benchmarks/quick_suite_study.py
 PARTIAL_SUITE_SHARE = 0.5
 MIN_SPLIT_ROWS = 4             # benchmarks with barriers needed to split their cost from the serial work
 POWER_BUSY_FRACTION = 0.8       # device-busy share of a power window's benchmark below which it is host-paced
@@ -354,7 +354,8 @@ def _well_conditioned(x: np.ndarray, max_cond: float = MAX_CONDITION) -> bool:
     return bool(s[-1] > 0 and s[0] / s[-1] < max_cond)
 
 
-def fit_category(samples: list[RowFeatures], parent: ResidualFit | None = None, level_only: bool = False) -> ResidualFit:
+def fit_category(samples: list[RowFeatures], parent: ResidualFit | None = None,
+                 level_only: bool = False) -> ResidualFit:
     """Huber-robust regression on the usable features; the others get coefficient 0.
 
     With a parent fit (partial pooling), the regression is of what the parent leaves unexplained, on
@@ -406,8 +407,8 @@ def fit_residuals(samples: list[RowFeatures], shape_prior: Profile | None = None
     """One fit per category, op, and either in one math mode where the samples suffice, and a default.
     shape_prior: another GPU's profile whose fits a partial calibration corrects. Each key it fits is
     the parent of this data's fit of that key, and every pooled fit then corrects its parent's level
-    only: a 5-minute run measures a few shapes per key, enough to pin a level but not slopes (slopes
-    fitted from them swung the network error of two such runs of one H100 between 9 and 16 %)."""
+    only: a 5-minute run measures a few shapes per key, enough to pin a level but not slopes
+    (docs/QUICK_SUITE_STUDY.md)."""
     train = [s for s in samples if not s.holdout]
     fits: dict[str, ResidualFit] = {}
     lent = dict(shape_prior.residuals) if shape_prior is not None else {}
