@@ -158,11 +158,8 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from gpuest.calibrate.runner import run_suite
-    out = run_suite(args.out, suite=args.suite, budget_s=args.budget_s, resume=args.resume, dry_run=args.dry_run,
-                    command="gpuest calibrate " + " ".join(args.argv))
-    print(f"wrote {out}; fit it with: gpuest fit {out} -o profile.json")
-    return 0
+    from gpuest.calibrate.runner import main as runner_main
+    return runner_main(args.argv, prog="gpuest calibrate")
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
@@ -215,8 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str, model: bool = True,
-            gpu: bool = False) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_, description=help_)
+            gpu: bool = False, add_help: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_, add_help=add_help)
         if model:
             _add_model_args(p)
         if gpu:
@@ -268,14 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ranking of --compare (default tokens_per_s)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     add("gpus", cmd_gpus, "list the GPU catalogue", model=False)
-    p = add("calibrate", cmd_calibrate, "measure this machine's GPU (micro-benchmarks + NVML)", model=False)
-    p.add_argument("--out", default="gpuest.calibrate.jsonl")
-    p.add_argument("--suite", default="quick", choices=["quick", "full"],
-                   help="quick (default: fits 5 minutes on an H100) or full (every benchmark, ~25 minutes)")
-    p.add_argument("--budget-s", type=float, default=None,
-                   help="seconds instead of the suite's: more adds shapes, never drops a category")
-    p.add_argument("--resume", action="store_true")
-    p.add_argument("--dry-run", action="store_true", help="exercise the suite on the CPU with tiny sizes")
+    p = add("calibrate", cmd_calibrate, "measure this machine's GPU (micro-benchmarks + NVML; options: gpuest "
+            "calibrate -h)", model=False, add_help=False)
     p = add("fit", cmd_fit, "fit a profile from raw calibration rows", model=False)
     p.add_argument("raw")
     p.add_argument("-o", "--out", required=True)
@@ -310,9 +301,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Subcommands whose words their module's own parser reads (one declaration of each option).
+FORWARDED = ("calibrate",)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    args.argv = list(argv if argv is not None else sys.argv[1:])[1:]   # the subcommand's own words
+    words = list(argv if argv is not None else sys.argv[1:])
+    parser = build_parser()
+    args = parser.parse_known_args(words)[0] if words[:1] and words[0] in FORWARDED else parser.parse_args(words)
+    args.argv = words[1:]   # the subcommand's own words
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")

@@ -349,3 +349,17 @@ def test_kernel_profile_reports_bad_arguments_before_looking_for_a_gpu(tmp_path:
                                          "rnn_fwd_gru_t50_b1_in128_h128_l1"):
         main(["--benchmark", "rnn_fwd_gru_t50_b1_in128_h12", "--out", out])
     assert not Path(out).exists()
+
+
+def test_gpuest_calibrate_takes_every_runner_option_and_records_its_command(tmp_path, capsys):
+    """`gpuest calibrate` is the runner's own parser (one declaration of each option): a category subset on a
+    dry run works through it, and the session records the command as the user typed it."""
+    from gpuest.cli import main as cli_main
+    out = tmp_path / "calib.jsonl"
+    words = ["calibrate", "--out", str(out), "--dry-run", "--budget-s", "20", "--no-progress", "--categories", "matmul"]
+    assert cli_main(words) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows and {r["category"] for r in rows if r.get("kind") == "device"} == {"matmul"}
+    meta = json.loads(out.with_name(out.name + ".meta.json").read_text())
+    assert meta["sessions"][-1]["command"] == "gpuest calibrate " + " ".join(words[1:])
+    assert f"fit it with: gpuest fit {out}" in capsys.readouterr().out

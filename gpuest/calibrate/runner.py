@@ -567,10 +567,12 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point: `python3 -m gpuest.calibrate.runner --out PATH [...]`."""
-    p = argparse.ArgumentParser(prog="python3 -m gpuest.calibrate.runner", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True, help="JSONL file to write (provenance goes to <out>.meta.json)")
+def main(argv: Sequence[str] | None = None, prog: str = "python3 -m gpuest.calibrate.runner") -> int:
+    """CLI entry point: `python3 -m gpuest.calibrate.runner [--out PATH] [...]`, also `gpuest calibrate` (`prog`,
+    which the recorded command names)."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="gpuest.calibrate.jsonl",
+                   help="JSONL file to write (provenance goes to <out>.meta.json; default %(default)s)")
     p.add_argument("--suite", default="quick", choices=SUITES,
                    help="quick (default: what fits 5 minutes on an H100) or full (every benchmark)")
     p.add_argument("--budget-s", type=float, default=None,
@@ -604,10 +606,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_suite(args.out, suite=args.suite, budget_s=args.budget_s, resume=args.resume, dry_run=args.dry_run,
                   categories=cats, power=not args.no_power, progress=not args.no_progress,
                   host_probes=False if args.no_host_probes else None,
-                  command=" ".join(["python3", "-m", "gpuest.calibrate.runner", *(argv if argv is not None else sys.argv[1:])]))
+                  command=" ".join([*prog.split(), *(argv if argv is not None else sys.argv[1:])]))
     except CalibrationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    print(f"wrote {args.out}; fit it with: gpuest fit {args.out} -o profile.json")
     return 0
 
 
