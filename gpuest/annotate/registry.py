@@ -231,6 +231,12 @@ def schema_arg(func: torch._ops.OpOverload, args: tuple, kwargs: dict, name: str
     raise OpArgumentError(f"{func} has no argument {name!r}; its schema declares: {accepted}")
 
 
+def bind_args(names: tuple[str, ...], args: tuple, kwargs: dict) -> dict[str, Any]:
+    """A Python function's call arguments by parameter name, `names` being its positional parameters in order
+    (schema_arg's counterpart for torch.nn.functional calls, which have no op schema)."""
+    return {**dict(zip(names, args)), **kwargs}
+
+
 @dataclass
 class CostRegistry:
     """Maps ATen ops to cost formulas; overload-specific entries win over packet entries."""

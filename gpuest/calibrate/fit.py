@@ -693,15 +693,20 @@ def calibration_samples(raw: RawData, retrace: bool = True) -> CalibrationSample
                               row_features(rows, gpu, latency, host, sync or 0.0, steps), steps)
 
 
+def suite_share(rows: list[dict[str, Any]]) -> float:
+    """Share of the current suite's benchmarks that `rows` measured (rounded to 4 places, as stored)."""
+    from .suite import all_benchmarks
+    full = {b.name for b in all_benchmarks()}
+    return round(len({r.get("name") for r in rows} & full) / len(full), 4)
+
+
 def calibration_provenance(meta: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Where and how calibration rows were measured (gpuest.profile.REQUIRED_PROVENANCE but the fit's own
     command): the GPU, driver, CUDA, cuDNN and torch of the first session, every session's date and
     command, and the share of the current suite (gpuest.calibrate.budget.suite_version) the rows measured."""
     from .budget import suite_version
-    from .suite import all_benchmarks
     sessions = meta.get("sessions") or [meta]
     nvml = meta.get("nvml") or {}
-    full = {b.name for b in all_benchmarks()}
     dates = sorted({str(s.get("started") or s.get("date") or "")[:10] for s in sessions} - {""})
     prov = {"gpu_name": meta.get("gpu_name"), "driver_version": nvml.get("driver_version", meta.get("driver_version")),
             "cuda_version": meta.get("torch_cuda_version", meta.get("cuda_version")),
@@ -709,7 +714,7 @@ def calibration_provenance(meta: dict[str, Any], rows: list[dict[str, Any]]) -> 
             "measured_dates": meta.get("measured_dates") or (f"{dates[0]}..{dates[-1]}" if dates else None),
             "calibration_commands": [s.get("command") for s in sessions if s.get("command")],
             "suite_version": suite_version(),
-            "suite_share": round(len({r.get("name") for r in rows} & full) / len(full), 4)}
+            "suite_share": suite_share(rows)}
     prov.update({k: meta[k] for k in ("hostname", "power_limit_w", "idle_power_w") if k in meta})
     return prov
 
@@ -789,8 +794,7 @@ def resolve_shape_prior(choice: str, raw: RawData) -> Profile | None:
         gpu_name = raw.meta.get("catalog_gpu") or raw.meta.get("gpu_name")
         if not gpu_name:
             raise ProfileError("the calibration data names no GPU (meta field gpu_name)")
-        share = calibration_provenance(raw.meta, usable(raw.rows))["suite_share"]
-        return shape_prior_for(get_gpu(str(gpu_name)), share)
+        return shape_prior_for(get_gpu(str(gpu_name)), suite_share(usable(raw.rows)))
     from gpuest.profile import shipped_profiles
     from gpuest.price.profile_choice import shipped_profile_named
     prior = shipped_profile_named(choice)

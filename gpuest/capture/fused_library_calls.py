@@ -25,6 +25,8 @@ from typing import Any, Callable
 import torch
 from torch.backends.cudnn import CUDNN_TENSOR_DTYPES
 
+from ..annotate.registry import bind_args
+
 # Modules that cuDNN runs as one library call on CUDA: their ops become one node, (forward, backward).
 FUSED_MODULES: dict[type, tuple[str, str]] = {
     torch.nn.RNNBase: ("aten._cudnn_rnn.default", "aten._cudnn_rnn_backward.default"),
@@ -188,17 +190,11 @@ MEM_EFF_HEAD_DIM_MULTIPLE = 8
 _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
 
-def _bound(args: tuple, kwargs: dict) -> dict[str, Any]:
-    bound = dict(zip(_SDPA_PARAMS, args))
-    bound.update(kwargs)
-    return bound
-
-
 def takes_learned_bias_path(args: tuple, kwargs: dict, device_type: str) -> bool:
     """Whether an SDPA call is one CUDA runs as memory-efficient attention with a learned bias and a CPU
     trace would decompose: a floating mask that requires grad (grad mode on), 4-d q/k/v of one dtype and
     head count, head dims the kernel takes, no GQA."""
-    a = _bound(args, kwargs)
+    a = bind_args(_SDPA_PARAMS, args, kwargs)
     q, k, v, mask = a.get("query"), a.get("key"), a.get("value"), a.get("attn_mask")
     if device_type != "cpu" or not all(isinstance(t, torch.Tensor) for t in (q, k, v, mask)):
         return False
@@ -221,7 +217,7 @@ def aligned_bias(mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -> 
 def efficient_attention_call(args: tuple, kwargs: dict) -> torch.Tensor:
     """The SDPA call as CUDA makes it for a learned bias (takes_learned_bias_path): dropout off, as the
     trace prices every step; the bias in the query's dtype, as autocast or the kernel requires."""
-    a = _bound(args, kwargs)
+    a = bind_args(_SDPA_PARAMS, args, kwargs)
     q, k, v = a["query"], a["key"], a["value"]
     bias = aligned_bias(a["attn_mask"].to(q.dtype), q, k)
     lse = any(t.requires_grad for t in (q, k, v))

@@ -17,8 +17,8 @@ from torch.utils.module_tracker import ModuleTracker
 
 from ..annotate.formulas.rnn import RNN_MODE_GATES, RNNWork, cudnn_rnn_work  # (also registers the formulas)
 from ..annotate.math_mode import TF32Policy, dtype_name, math_mode
-from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, is_channels_last, node_attrs,
-                                 storage_key, tensor_bytes, tensors, unique_bytes)
+from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall, bind_args, is_channels_last,
+                                 node_attrs, storage_key, tensor_bytes, tensors, unique_bytes)
 from .cuda_autocast import call_with_cuda_policy
 from .fused_library_calls import (FUSED_MODULES, cudnn_rnn_call, cudnn_rnn_dtype, efficient_attention_call,
                                   rnn_steps_and_batch, takes_learned_bias_path)
@@ -379,15 +379,10 @@ class CudaFunctionPaths(TorchFunctionMode):
 CONV_FUNCTIONS = (torch.nn.functional.conv1d, torch.nn.functional.conv2d, torch.nn.functional.conv3d)
 
 
-def _bind(names: tuple[str, ...], args: tuple, kwargs: dict) -> dict[str, Any]:
-    """A Python function's call arguments by parameter name, `names` being its positional parameters in order."""
-    return {**dict(zip(names, args)), **kwargs}
-
-
 def _separate_bias_args(args: tuple, kwargs: dict) -> tuple[tuple[tuple, dict], torch.Tensor] | None:
     """((args, kwargs) without the bias, bias) for a convolution call (F.convNd signature) whose bias CUDA
     adds as a separate kernel, else None."""
-    bound = _bind(("input", "weight", "bias", "stride", "padding", "dilation", "groups"), args, kwargs)
+    bound = bind_args(("input", "weight", "bias", "stride", "padding", "dilation", "groups"), args, kwargs)
     weight, bias, groups = bound.get("weight"), bound.get("bias"), bound.get("groups", 1)
     if not isinstance(bias, torch.Tensor) or not isinstance(weight, torch.Tensor):
         return None
@@ -402,7 +397,7 @@ def _unfused_linear_args(args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch
     """(input, weight, bias) of an F.linear call that ATen computes as matmul plus an in-place bias add (a
     bias, and an input that is neither 2-D, where addmm fuses the bias, nor contiguous, where it is
     flattened into one addmm), else None."""
-    bound = _bind(("input", "weight", "bias"), args, kwargs)
+    bound = bind_args(("input", "weight", "bias"), args, kwargs)
     x, weight, bias = bound.get("input"), bound.get("weight"), bound.get("bias")
     if not all(isinstance(t, torch.Tensor) for t in (x, weight, bias)) or x.dim() == 2 or x.is_contiguous():
         return None
@@ -412,7 +407,7 @@ def _unfused_linear_args(args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch
 def _fused_dropout_args(args: tuple, kwargs: dict) -> tuple[torch.Tensor, float, bool] | None:
     """(input, p, train) when a dropout call (F.dropout or torch.dropout signature) takes CUDA's
     fused kernel, else None."""
-    bound = _bind(("input", "p", "training", "inplace"), args, kwargs)
+    bound = bind_args(("input", "p", "training", "inplace"), args, kwargs)
     x = bound.get("input")
     p = float(bound.get("p", 0.5))
     train = bound.get("training", bound.get("train", True))

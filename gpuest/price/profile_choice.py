@@ -59,13 +59,13 @@ def with_power(choice: ProfileChoice) -> ProfileChoice:
     if "power" in prof.predicts or prof.power is not None:
         return choice
     from .power import transfer_power
-    measured = {n: p for n, p in shipped_profiles().items() if "power" in p.predicts and p.power is not None}
-    if not measured:
+    own = get_gpu(prof.gpu)
+    nearest = nearest_full_profile(own)
+    if nearest is None:
         return replace(choice, power_note=f"the {prof.gpu} profile predicts time only and no calibrated GPU has a "
                                           "power model: energy is not predicted")
-    own = get_gpu(prof.gpu)
-    donor = min(measured, key=lambda name: _arch_distance(own, get_gpu(name)))
-    power = transfer_power(measured[donor].power, get_gpu(donor), own)
+    donor = nearest.gpu
+    power = transfer_power(nearest.power, get_gpu(donor), own)
     return replace(choice, profile=replace(prof, power=power),
                    power_note=f"the {prof.gpu} profile predicts time only: power and energy come from {donor}'s "
                               f"measured power model scaled to {own.name} by TDP - idle")
@@ -80,7 +80,8 @@ def choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) ->
 def nearest_full_profile(gpu: GPUSpec, exclude: str | None = None) -> Profile | None:
     """The shipped profile calibrated with power (every quantity) of the GPU nearest `gpu` in architecture,
     then memory bandwidth, leaving out the GPU named `exclude`; None if there is none."""
-    full = {n: p for n, p in shipped_profiles().items() if "power" in p.predicts and n != exclude}
+    full = {n: p for n, p in shipped_profiles().items()
+            if "power" in p.predicts and p.power is not None and n != exclude}
     return full[min(full, key=lambda name: _arch_distance(gpu, get_gpu(name)))] if full else None
 
 
@@ -113,17 +114,16 @@ def _choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) -
     # The nearest GPU measured with power and every math mode supplies the latencies, host costs and power;
     # each node's correction is the mean over every profile whose data saw its op or category in its math
     # mode, public FP32 timings included (device_time.correction_sources).
-    full = {n: p for n, p in measured.items() if "power" in p.predicts}
-    if not full:
+    nearest = nearest_full_profile(gpu)
+    if nearest is None:
         return ProfileChoice(prior_profile(), "prior", "no calibrated GPU available: prior assumptions")
-    nearest = nearest_full_profile(gpu).gpu
     by_distance = sorted(measured, key=lambda name: (_arch_distance(gpu, get_gpu(name)), name))
     donors = tuple(measured[n] for n in by_distance
-                   if measured[n].fitted_modes and measured[n].residual_features == full[nearest].residual_features)
+                   if measured[n].fitted_modes and measured[n].residual_features == nearest.residual_features)
     lenders = ", ".join(p.gpu for p in donors)
-    return ProfileChoice(full[nearest], "transferred",
-                         f"no calibration for {gpu.name}: latencies and host costs from {nearest}; "
+    return ProfileChoice(nearest, "transferred",
+                         f"no calibration for {gpu.name}: latencies and host costs from {nearest.gpu}; "
                          + (f"each op's efficiency averaged over the profiles that measured it in its math mode "
-                            f"({lenders})" if donors else f"efficiencies from {nearest}")
+                            f"({lenders})" if donors else f"efficiencies from {nearest.gpu}")
                          + " (features normalised to each GPU's ridge point and SM count)",
                          donors=donors)
