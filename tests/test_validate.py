@@ -215,6 +215,15 @@ def test_batch_narrows_a_predefined_set(capsys):
         V.main(["--set", "full", "--batch", "7", "--list"])
 
 
+def test_keys_pick_configs_of_a_predefined_set(capsys):
+    chosen = [c.key for c in VS.get_set("full")][1:3]
+    assert V.main(["--set", "full", "--keys", ";".join(chosen), "--list"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if "|" in line]
+    assert listed == chosen
+    with pytest.raises(SystemExit, match="no config 'resnet50\\|b3'.*--set full --list"):
+        V.main(["--set", "full", "--keys", "resnet50|b3", "--list"])
+
+
 def test_dry_run_real_code_path(tmp_path: Path):
     """The real measurement (warm-up, timing, profiler, energy window, per-op) on the CPU."""
     cfg = VS.ValidationConfig(model="lstm", family="rnn", batch=1, mode="training", precision="fp32", seq=4,

@@ -738,6 +738,14 @@ def build_configs(args: argparse.Namespace) -> tuple[list[ValidationConfig], str
                 raise SystemExit(f"set {name!r} has no {field} {', '.join(map(repr, unknown))}; "
                                  f"it has: {', '.join(known)}")
             configs = [c for c in configs if str(getattr(c, field)) in wanted]
+    keys = [k.strip() for k in (args.keys or "").split(";") if k.strip()]
+    if keys:
+        known_keys = {c.key for c in configs}
+        unknown_keys = [k for k in keys if k not in known_keys]
+        if unknown_keys:
+            raise SystemExit(f"set {name!r} has no config {', '.join(map(repr, unknown_keys))}; "
+                             f"`--set {name} --list` prints its keys")
+        configs = [c for c in configs if c.key in keys]
     return configs, name
 
 
@@ -751,6 +759,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precision", help="comma-separated: fp32,bf16-mixed,... (default fp32,bf16-mixed)")
     p.add_argument("--seq", type=int, help="sequence length for language models")
     p.add_argument("--image-size", type=int, help="image size for vision models")
+    p.add_argument("--keys", help="semicolon-separated config keys (as --list prints them) to measure from the set, "
+                                   "e.g. to profile a few configs per op")
     p.add_argument("--out", "-o", type=Path, help="results JSONL (appended to)")
     resume = p.add_mutually_exclusive_group()
     resume.add_argument("--resume", dest="resume", action="store_true", default=True,
