@@ -62,6 +62,14 @@ def test_rows_come_back_as_tuples_nested_lists_too(shapes_dir):
     assert shape_table("toy", "nested") == [((1, (2, 3)), "lstm", True)]
 
 
+def test_sub_group_tables_join_in_order_when_their_columns_agree(shapes_dir):
+    _write(shapes_dir, "toy", {"pairs": PAIRS, "more": {**PAIRS, "rows": [[5, 6]]},
+                               "sizes": {"why": "w", "columns": ["n"], "rows": [[7]]}})
+    assert shape_table("toy", "pairs", "more") == [(1, 2), (3, 4), (5, 6)]
+    with pytest.raises(ShapeTableError, match=r"table 'sizes' has columns \['n'\], table 'pairs' \['m', 'n'\]"):
+        shape_table("toy", "pairs", "sizes")
+
+
 @pytest.mark.parametrize("table, message", [
     ({**PAIRS, "rows": [[1, 2], [3]]}, "row 1 is [3]; accepted: a list of 2 values, one per column ['m', 'n']"),
     ({"why": "w", "columns": ["m"]}, "keys ['columns', 'why']; accepted: exactly why, columns, rows"),

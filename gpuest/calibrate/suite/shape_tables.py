@@ -26,9 +26,18 @@ class _Table(NamedTuple):
     rows: tuple[tuple, ...]
 
 
-def shape_table(family: str, table: str) -> list[tuple]:
-    """The rows of `table` in shapes/<family>.json, each a tuple of its columns' values."""
-    return list(_lookup(family, table).rows)
+def shape_table(family: str, table: str, *more: str) -> list[tuple]:
+    """The rows of `table` in shapes/<family>.json, each a tuple of its columns' values, followed by those
+    of the `more` tables (of the same columns: sub-groups with reasons of their own)."""
+    first = _lookup(family, table)
+    rows = list(first.rows)
+    for name in more:
+        found = _lookup(family, name)
+        if found.columns != first.columns:
+            raise ShapeTableError(f"{_path(family)}: table {name!r} has columns {list(found.columns)}, table "
+                                  f"{table!r} {list(first.columns)}; accepted: tables of the same columns")
+        rows += found.rows
+    return rows
 
 
 def shape_column(family: str, table: str) -> list[Any]:
