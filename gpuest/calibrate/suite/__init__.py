@@ -33,7 +33,7 @@ from typing import Iterable
 from .attention import _attention
 from .base import DTYPES, Benchmark, Built, TraceSpec, _FnModule, _stable_hash  # noqa: F401 (re-exported)
 from .conv import _conv
-from .copy import INDEX_PUT_ACCUMULATE_SHAPES, _copy, _index_put  # noqa: F401 (re-exported)
+from .copy import _copy, _index_put, index_put_accumulate_shapes  # noqa: F401 (re-exported)
 from .elementwise import _activations_in_place, _elementwise
 from .embedding import _embedding
 from .fp16 import FP16_TWIN_CATEGORIES, FP16_TWIN_SHARE, _fp16_twins  # noqa: F401 (re-exported)
