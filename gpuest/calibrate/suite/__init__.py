@@ -9,7 +9,10 @@ real tensors, so everything `fn` touches must come in through its arguments.
 On a CPU device (dry runs) every size is capped to a few elements so the whole grid runs in
 seconds; names and `params` keep the GPU sizes.
 
-`all_benchmarks()` assembles the grid from one module per benchmark family, each importing only `base`:
+`all_benchmarks()` assembles the grid from one module per benchmark family, each importing only `base` and
+`shape_tables`; a family's shapes are data, the tables of shapes/<module>.json (each with the reason for its
+shapes), and its code says which dtypes, batches and passes run over them:
+  shape_tables shape_table / shape_column: the rows of one table, read on first use and checked
   base         Benchmark, Built, TraceSpec, DTYPES, the planning estimate and the builders' helpers
   matmul       mm, linear (addmm), bmm
   conv         2-D (dense, depthwise, grouped), 1-D and transposed convolutions, forward and backward
@@ -33,7 +36,7 @@ from typing import Iterable
 from .attention import _attention
 from .base import DTYPES, Benchmark, Built, TraceSpec, _FnModule, _stable_hash  # noqa: F401 (re-exported)
 from .conv import _conv
-from .copy import INDEX_PUT_ACCUMULATE_SHAPES, _copy, _index_put  # noqa: F401 (re-exported)
+from .copy import _copy, _index_put, index_put_accumulate_shapes  # noqa: F401 (re-exported)
 from .elementwise import _activations_in_place, _elementwise
 from .embedding import _embedding
 from .fp16 import FP16_TWIN_CATEGORIES, FP16_TWIN_SHARE, _fp16_twins  # noqa: F401 (re-exported)

@@ -6,11 +6,11 @@ import torch
 import torch.nn.functional as F
 
 from .base import DTYPES, Benchmark, Built, _backward_built, _d, _est, _randn
+from .shape_tables import shape_table
 
 
 def _attention(out: list[Benchmark]) -> None:
-    shapes = [(1, 16, 512, 64), (8, 16, 1024, 64), (4, 32, 2048, 128), (1, 8, 4096, 128), (16, 12, 256, 64),
-              (2, 16, 8192, 64), (32, 12, 197, 64), (4, 8, 1000, 80)]
+    shapes = shape_table("attention", "sdpa")
     for mode in ("bf16", "fp16", "fp32"):
         for si, shape in enumerate(shapes):
             if mode != "bf16" and si % 2:
@@ -20,12 +20,6 @@ def _attention(out: list[Benchmark]) -> None:
                 if si < 6:
                     _sdpa_benchmark(out, mode, shape, causal, True)
     _attention_more(out)
-
-
-# Attention had 11 held-out shapes; these add head dims 80-128, sequence lengths that are not
-# a multiple of 64 (ViT-L/384's 577, CLIP's 77, Whisper's 1500) and more batch x heads per SM.
-_ATTENTION_MORE = [(2, 32, 1024, 128), (16, 16, 512, 64), (64, 12, 128, 64), (1, 32, 2048, 128), (8, 12, 384, 64),
-                   (4, 16, 1536, 96), (24, 16, 577, 64), (64, 8, 77, 64), (3, 20, 1500, 64)]
 
 
 def _sdpa_benchmark(out: list[Benchmark], mode: str, shape: tuple[int, int, int, int], causal: bool,
@@ -55,7 +49,8 @@ def _sdpa_benchmark(out: list[Benchmark], mode: str, shape: tuple[int, int, int,
 
 
 def _attention_more(out: list[Benchmark]) -> None:
-    for si, shape in enumerate(_ATTENTION_MORE):
+    """The shapes added to the held-out ones: bf16 in every pass, fp32 and fp16 in some."""
+    for si, shape in enumerate(shape_table("attention", "more")):
         for causal in (False, True):
             for backward in (False, True):
                 _sdpa_benchmark(out, "bf16", shape, causal, backward)

@@ -1,8 +1,9 @@
 """What every family of the calibration suite builds with: the `Benchmark`, `Built` and `TraceSpec`
 records, the dtype table, the planning estimate of one call's time (`_est`), the element counts the
-streaming families share (`_NUMELS`), the name hash the grid orders and samples by (`_stable_hash`), and
-the helpers builders make their inputs and forward/backward pairs with (sizes capped on CPU dry runs,
-seeded draws). What a build must return and must not do: the package docstring (gpuest.calibrate.suite).
+streaming families share (`_numels`, from shapes/base.json), the name hash the grid orders and samples by
+(`_stable_hash`), and the helpers builders make their inputs and forward/backward pairs with (sizes capped
+on CPU dry runs, seeded draws). What a build must return and must not do: the package docstring
+(gpuest.calibrate.suite).
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
+
+from .shape_tables import shape_column
 
 # Rough H100-class peaks, only used to estimate each benchmark's cost for --budget-s planning.
 _EST_PEAK_TFLOPS = {"fp32": 50.0, "tf32": 350.0, "bf16": 700.0, "fp16": 700.0, "none": 50.0}
@@ -175,8 +178,9 @@ def _simple(fn: Callable[..., Any], shapes: Sequence[Sequence[int]], dtypes: Seq
     return build
 
 
-# element counts of the flat streaming benchmarks (elementwise ops, casts)
-_NUMELS = [2 ** 12, 2 ** 16, 2 ** 20, 2 ** 22, 2 ** 24, 2 ** 26, 3 * 10 ** 7 + 7]
+def _numels() -> list[int]:
+    """Element counts of the flat streaming benchmarks (elementwise ops, casts)."""
+    return shape_column("base", "numels")
 
 
 def _stable_hash(name: str) -> int:

@@ -8,54 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from .base import DTYPES, Benchmark, Built, _d, _est, _simple, _tiny
-
-
-_CONV_LAYERS = [
-    # (cin, cout, hw, kernel, stride, groups)
-    (3, 64, 224, 7, 2, 1), (64, 64, 56, 1, 1, 1), (64, 64, 56, 3, 1, 1), (64, 256, 56, 1, 1, 1),
-    (128, 128, 28, 3, 1, 1), (128, 128, 56, 3, 2, 1), (256, 256, 14, 3, 1, 1), (512, 512, 7, 3, 1, 1),
-    (1024, 256, 14, 1, 1, 1), (256, 1024, 14, 1, 1, 1), (512, 2048, 7, 1, 1, 1), (16, 16, 224, 3, 1, 1),
-    (32, 32, 112, 3, 1, 32), (144, 144, 56, 3, 2, 144), (960, 960, 7, 3, 1, 960), (384, 384, 28, 7, 1, 384),
-    (256, 256, 56, 3, 1, 32), (96, 200, 33, 5, 1, 1),
-    # dense layers of wide CNNs (VGG/ResNet stages), which dominate large-batch training
-    (64, 128, 112, 3, 1, 1), (256, 256, 56, 3, 1, 1), (512, 512, 28, 3, 1, 1), (128, 512, 28, 1, 1, 1),
-    # strided 1x1 projections of residual blocks (ResNet/ResNeXt/RegNet downsampling): no plain GEMM, and
-    # cuDNN transposes the whole NCHW input for a quarter of it; and the 3x3 stride-2 stem of
-    # MobileNet/EfficientNet/RegNet, whose 3 input channels a tensor-core kernel pads
-    (64, 128, 56, 1, 2, 1), (128, 256, 28, 1, 2, 1), (256, 512, 56, 1, 2, 1), (512, 1024, 28, 1, 2, 1),
-    (1024, 2048, 14, 1, 2, 1), (3, 32, 224, 3, 2, 1),
-]
-# The 7x7 RGB stem of ResNet-family networks at more batch sizes: it runs at a fifteenth of its padded
-# roofline, and the batch the networks use must not be an extrapolation.
-_STEM_BATCHES = (64, 256)
-
-
-# Depthwise layers of ConvNeXt, MobileNet and EfficientNet stages (channels, hw, kernel, stride) at
-# training batches: cuDNN runs them on CUDA cores with their own kernels, so they need their own fit.
-_DEPTHWISE_LAYERS = [(96, 56, 7, 1), (192, 28, 7, 1), (384, 14, 7, 1), (768, 7, 7, 1), (96, 112, 3, 2),
-                     (240, 28, 5, 1), (672, 14, 5, 1), (1152, 7, 5, 1)]
-
-# Dense layers of ResNet/RegNet/ConvNeXt-style stages on channels-last activations and weights (a model moved
-# with .to(memory_format=torch.channels_last)): cuDNN runs NHWC tensor-core kernels without the layout
-# transposes it adds around 16-bit NCHW data, so the NCHW rows and the depthwise NHWC rows say little of them.
-_CONV_LAYERS_NHWC = [(3, 64, 224, 7, 2, 1), (3, 32, 224, 3, 2, 1), (64, 64, 56, 1, 1, 1), (64, 64, 56, 3, 1, 1),
-                     (64, 256, 56, 1, 1, 1), (128, 128, 28, 3, 1, 1), (256, 256, 14, 3, 1, 1), (512, 512, 7, 3, 1, 1),
-                     (1024, 256, 14, 1, 1, 1), (512, 2048, 7, 1, 1, 1), (64, 128, 56, 1, 2, 1), (256, 256, 56, 3, 1, 1)]
-
-# The 3x3 grouped layers of ResNeXt-32x4d stages (channels, hw; 32 groups): 4 channels per group are too
-# few for a tensor-core kernel (CUDA cores), 8-32 take grouped tensor-core kernels.
-_GROUPED_LAYERS = [(128, 56), (512, 14), (1024, 7)]
-
-
-# 1-D convolutions of speech and audio encoders and temporal CNNs (cin, cout, length, kernel, stride):
-# Whisper's stem over 3000 log-mel frames, wav2vec 2.0's raw-waveform feature encoder, a TCN block. cuDNN
-# runs them as 2-D convolutions of height 1.
-_CONV1D_LAYERS = [(80, 384, 3000, 3, 1), (384, 384, 3000, 3, 2), (1, 512, 16000, 10, 5), (512, 512, 3199, 3, 2),
-                  (512, 512, 799, 2, 2), (256, 256, 1024, 5, 1)]
-# Transposed convolutions of decoders (cin, cout, hw of the input, kernel, stride): U-Net's 2x2 stride-2
-# up-convolutions and DCGAN's 4x4 stride-2 generator layers.
-_CONV_TRANSPOSE_LAYERS = [(512, 256, 28, 2, 2), (256, 128, 56, 2, 2), (128, 64, 112, 2, 2), (512, 256, 8, 4, 2),
-                          (256, 128, 16, 4, 2), (128, 64, 32, 4, 2)]
+from .shape_tables import shape_column, shape_table
 
 
 class _ConvLayer(NamedTuple):
@@ -92,26 +45,28 @@ def _conv_grid() -> list[tuple[_ConvLayer, tuple[int, ...], bool, bool | str]]:
     """(layer, batches, with backward at every batch, channels-last: False, True for the activations, or
     "weights" for the activations and the weights) for every convolution benchmark."""
     grid = []
-    for ci, spec in enumerate(_CONV_LAYERS):
+    layers = shape_table("conv", "layers", "wide_layers", "downsampling_layers")
+    for ci, spec in enumerate(layers):
         layer = _ConvLayer(*spec)
         # Dense layers also at batch 128: at large batch cuDNN picks other (faster) algorithms,
         # and a grid whose only big convolutions are awkward ones teaches the fit "big is slow".
         batches = (1, 32, 128) if ci % 3 == 0 or (layer.groups == 1 and layer.cin >= 64) else (1, 32)
-        if spec == _CONV_LAYERS[0]:
-            batches = batches + _STEM_BATCHES
+        if spec == layers[0]:  # the 7x7 ResNet stem, also at the batches its networks run
+            batches = batches + tuple(shape_column("conv", "stem_batches"))
         grid.append((layer, batches, ci % 2 == 0, False))
     # Depthwise layers in both memory formats: on NCHW data PyTorch runs its own depthwise kernels, on
     # channels-last data (ConvNeXt permutes its activations to NHWC) cuDNN's NHWC kernels, ~4x faster
     # in bf16 and a shape-dependent 0.3-3.4x in tf32 (benchmarks/kernel_facts.py).
     grid += [(_ConvLayer(c, c, hw, k, stride, c), (32, 128), True, last) for last in (False, True)
-             for c, hw, k, stride in _DEPTHWISE_LAYERS]
-    grid += [(_ConvLayer(c, c, hw, 3, 1, 32), (32, 128), True, False) for c, hw in _GROUPED_LAYERS]
-    grid += [(_ConvLayer(*spec), (32, 128), True, "weights") for spec in _CONV_LAYERS_NHWC]
-    grid += [(_ConvLayer(c, c, hw, 3, 1, 32), (32, 128), True, "weights") for c, hw in _GROUPED_LAYERS]
+             for c, hw, k, stride in shape_table("conv", "depthwise")]
+    grouped = shape_table("conv", "grouped")
+    grid += [(_ConvLayer(c, c, hw, 3, 1, 32), (32, 128), True, False) for c, hw in grouped]
+    grid += [(_ConvLayer(*spec), (32, 128), True, "weights") for spec in shape_table("conv", "channels_last_layers")]
+    grid += [(_ConvLayer(c, c, hw, 3, 1, 32), (32, 128), True, "weights") for c, hw in grouped]
     grid += [(_ConvLayer(cin, cout, length, k, stride, 1, dims=1), (1, 8, 32), True, False)
-             for cin, cout, length, k, stride in _CONV1D_LAYERS]
+             for cin, cout, length, k, stride in shape_table("conv", "conv1d")]
     grid += [(_ConvLayer(cin, cout, hw, k, stride, 1, transposed=True), (1, 32, 128), True, False)
-             for cin, cout, hw, k, stride in _CONV_TRANSPOSE_LAYERS]
+             for cin, cout, hw, k, stride in shape_table("conv", "transposed")]
     return grid
 
 

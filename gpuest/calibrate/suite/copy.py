@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from .base import _NUMELS, DTYPES, Benchmark, Built, _d, _est, _gen, _nchw, _randn, _simple
+from .base import DTYPES, Benchmark, Built, _d, _est, _gen, _nchw, _numels, _randn, _simple
+from .shape_tables import shape_table
 
 
 def _cast(out: list[Benchmark], src: str, dst: str, n: int) -> None:
@@ -44,12 +45,13 @@ def _heads_transpose(out: list[Benchmark], mode: str, shape: tuple[int, int, int
 
 
 def _copy(out: list[Benchmark]) -> None:
-    for src, dst, numels in [("fp32", "bf16", _NUMELS), ("bf16", "fp32", _NUMELS), ("fp32", "fp16", _NUMELS[::2])]:
-        for n in numels:
+    numels = _numels()
+    for src, dst, counts in [("fp32", "bf16", numels), ("bf16", "fp32", numels), ("fp32", "fp16", numels[::2])]:
+        for n in counts:
             _cast(out, src, dst, n)
-    for r, c in [(1024, 1024), (4096, 4096), (8192, 8192), (1000, 3001), (64, 65536)]:
+    for r, c in shape_table("copy", "transposes"):
         _transpose(out, "fp32", r, c)
-    for n, c, hw in [(32, 64, 56), (128, 256, 14), (8, 3, 224)]:
+    for n, c, hw in shape_table("copy", "nchw_to_nhwc"):
         def build(device: torch.device, seed: int, n=n, c=c, hw=hw) -> Built:
             return _simple(lambda x: x.permute(0, 2, 3, 1).contiguous(),
                            [_nchw(device, n, c, hw)],
@@ -57,13 +59,12 @@ def _copy(out: list[Benchmark]) -> None:
         out.append(Benchmark(f"nchw_to_nhwc_bf16_n{n}_c{c}_hw{hw}", "copy",
                              {"op": "permute_contiguous", "dtype": "bf16", "batch": n, "channels": c, "hw": hw},
                              build, est_ms=_est(0, 4.0 * n * c * hw * hw)))
-    # attention heads: (batch, seq, heads, dim) <-> (batch, heads, seq, dim) copies around eager attention
     for mode in ("fp32", "bf16"):
-        for shape in [(32, 128, 12, 64), (8, 1024, 16, 64), (64, 197, 12, 64)]:
+        for shape in shape_table("copy", "heads_transpose"):
             _heads_transpose(out, mode, shape)
     # channels-last conversions both ways
     for mode, src, perm in [("fp32", "nchw", (0, 2, 3, 1)), ("bf16", "nhwc", (0, 3, 1, 2))]:
-        for n, c, hw in [(32, 256, 56), (128, 64, 56), (64, 512, 28)]:
+        for n, c, hw in shape_table("copy", "channels_last_conversions"):
             def build_perm(device: torch.device, seed: int, n=n, c=c, hw=hw, dt=DTYPES[mode], perm=perm) -> Built:
                 return _simple(lambda x: x.permute(*perm).contiguous(),
                                [_nchw(device, n, c, hw)],
@@ -72,18 +73,16 @@ def _copy(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"{src}_to_{dst}_{mode}_n{n}_c{c}_hw{hw}", "copy",
                                  {"op": "permute_contiguous", "dtype": mode, "batch": n, "channels": c, "hw": hw},
                                  build_perm, est_ms=_est(0, 2.0 * DTYPES[mode].itemsize * n * c * hw * hw)))
-    for parts, n in [(2, 2 ** 20), (8, 2 ** 20), (2, 2 ** 24), (32, 2 ** 14), (4, 3 * 10 ** 6 + 1)]:
+    for parts, n in shape_table("copy", "cat"):
         def build(device: torch.device, seed: int, parts=parts, n=n) -> Built:
             return _simple(lambda *ts: torch.cat(ts, 0), [(_d(n, device, 256),)] * parts,
                            [torch.float32] * parts)(device, seed)
         out.append(Benchmark(f"cat_fp32_{parts}x{n}", "copy", {"op": "cat", "dtype": "fp32", "parts": parts,
                                                                 "numel": n}, build,
                              est_ms=_est(0, 8.0 * parts * n)))
-    # along the channels of NCHW activations (SqueezeNet's fire modules, DenseNet's blocks): each part is
-    # written as strided slabs of the output
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
-        for parts, (n, c, hw) in [(2, (256, 64, 55)), (2, (256, 128, 27)), (4, (64, 128, 28)), (8, (64, 32, 56))]:
+        for parts, n, c, hw in shape_table("copy", "cat_channels"):
             def build_ch(device: torch.device, seed: int, parts=parts, n=n, c=c, hw=hw, dt=dt) -> Built:
                 shape = _nchw(device, n, c, hw)
                 return _simple(lambda *ts: torch.cat(ts, 1), [shape] * parts, [dt] * parts)(device, seed)
@@ -96,15 +95,15 @@ def _copy(out: list[Benchmark]) -> None:
 def _copy_more(out: list[Benchmark]) -> None:
     """Copy had 8 held-out shapes. More casts, and layout changes over many channel counts at
     similar bytes (the NCHW<->NHWC transposes around cuDNN's convolutions depend on the channel count)."""
-    for src, dst, numels in [("fp16", "fp32", _NUMELS[1::2]), ("fp32", "bf16", [10 ** 6 + 3, 5 * 10 ** 6 + 3]),
-                             ("bf16", "fp16", [2 ** 20, 2 ** 24])]:
-        for n in numels:
-            _cast(out, src, dst, n)
-    for r, c in [(4096, 4096), (768, 3072), (3072, 768), (50257, 768)]:
+    for n in _numels()[1::2]:
+        _cast(out, "fp16", "fp32", n)
+    for src, dst, n in shape_table("copy", "casts_more"):
+        _cast(out, src, dst, n)
+    for r, c in shape_table("copy", "transposes_bf16"):
         _transpose(out, "bf16", r, c)
     for mode, src, perm in [("fp32", "nchw", (0, 2, 3, 1)), ("bf16", "nchw", (0, 2, 3, 1)),
                             ("bf16", "nhwc", (0, 3, 1, 2))]:
-        for n, c, hw in [(64, 16, 112), (32, 128, 56), (16, 512, 28), (8, 2048, 14), (64, 3, 224)]:
+        for n, c, hw in shape_table("copy", "channels_last_conversions_more"):
             def build_perm(device: torch.device, seed: int, n=n, c=c, hw=hw, dt=DTYPES[mode], perm=perm) -> Built:
                 return _simple(lambda x: x.permute(*perm).contiguous(), [_nchw(device, n, c, hw)], [dt])(device, seed)
             dst = "nhwc" if src == "nchw" else "nchw"
@@ -112,10 +111,9 @@ def _copy_more(out: list[Benchmark]) -> None:
             out.append(Benchmark(name, "copy",
                                  {"op": "permute_contiguous", "dtype": mode, "batch": n, "channels": c, "hw": hw},
                                  build_perm, est_ms=_est(0, 2.0 * DTYPES[mode].itemsize * n * c * hw * hw)))
-    for mode, (b, sq, h, d) in [("bf16", (16, 512, 16, 64)), ("fp32", (16, 512, 16, 64)), ("bf16", (4, 2048, 32, 128)),
-                                ("bf16", (128, 77, 8, 64))]:
+    for mode, b, sq, h, d in shape_table("copy", "heads_transpose_more"):
         _heads_transpose(out, mode, (b, sq, h, d))
-    for mode, parts, (n, c, hw) in [("bf16", 3, (32, 96, 56)), ("fp32", 2, (128, 256, 28)), ("bf16", 2, (8, 512, 64))]:
+    for mode, parts, n, c, hw in shape_table("copy", "cat_channels_more"):
         dt = DTYPES[mode]
 
         def build_ch(device: torch.device, seed: int, parts=parts, n=n, c=c, hw=hw, dt=dt) -> Built:
@@ -146,7 +144,7 @@ def _copy_network_layouts(out: list[Benchmark]) -> None:
     copy a convolution makes of one half of a channel split (ShuffleNet's x.chunk(2, dim=1), runs of C/2 * H * W)."""
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
-        for n, c, hw in [(256, 116, 28), (256, 232, 14), (256, 464, 7)]:
+        for n, c, hw in shape_table("copy", "channel_half"):
             def build_half(device: torch.device, seed: int, n=n, c=c, hw=hw, dt=dt) -> Built:
                 shape = _nchw(device, n, c, hw)
                 return _simple(lambda x: x[:, x.shape[1] // 2:].contiguous(), [shape], [dt])(device, seed)
@@ -154,20 +152,16 @@ def _copy_network_layouts(out: list[Benchmark]) -> None:
                                  {"op": "slice_contiguous", "dtype": mode, "batch": n, "channels": c, "hw": hw},
                                  build_half, est_ms=_est(0, dt.itemsize * n * c * hw * hw)))
     for mode in ("fp32", "bf16"):
-        for n, c, hw, g in [(256, 116, 28, 2), (256, 232, 14, 2), (256, 464, 7, 2), (64, 240, 28, 4),
-                            (128, 480, 14, 8)]:
+        for n, c, hw, g in shape_table("copy", "channel_shuffle"):
             _permuted_copy(out, f"channel_shuffle_{mode}_n{n}_c{c}_hw{hw}_g{g}", mode, (n, g, c // g, hw, hw),
                            (0, 2, 1, 3, 4), {"batch": n, "channels": c, "hw": hw, "groups": g})
-    for mode, n, hw, c, w in [("bf16", 128, 56, 96, 7), ("bf16", 128, 28, 192, 7), ("fp32", 128, 14, 384, 7),
-                              ("fp32", 64, 56, 96, 7), ("bf16", 32, 64, 128, 8)]:
+    for mode, n, hw, c, w in shape_table("copy", "window_partition"):
         shape = (n, hw // w, w, hw // w, w, c)
         params = {"batch": n, "hw": hw, "channels": c, "window": w}
         _permuted_copy(out, f"window_partition_{mode}_n{n}_hw{hw}_c{c}_w{w}", mode, shape, (0, 1, 3, 2, 4, 5), params)
         _permuted_copy(out, f"window_reverse_{mode}_n{n}_hw{hw}_c{c}_w{w}", mode,
                        (n, hw // w, hw // w, w, w, c), (0, 1, 3, 2, 4, 5), params)
-    # Swin's cyclic shift: torch.roll over the two spatial dimensions of (N, H, W, C) activations, and over one
-    for mode, (n, hw, c), dims in [("bf16", (128, 56, 96), (1, 2)), ("fp32", (128, 28, 192), (1, 2)),
-                                   ("bf16", (128, 14, 384), (1,)), ("fp32", (64, 56, 96), (2,))]:
+    for mode, n, hw, c, dims in shape_table("copy", "roll"):
         dt = DTYPES[mode]
 
         def build_roll(device: torch.device, seed: int, n=n, hw=hw, c=c, dims=dims, dt=dt) -> Built:
@@ -180,13 +174,9 @@ def _copy_network_layouts(out: list[Benchmark]) -> None:
                              build_roll, est_ms=_est(0, 2.0 * len(dims) * dt.itemsize * n * hw * hw * c)))
 
 
-# (target rows, indices, row width): index_put with accumulate=True, balanced duplicates (indices / rows
-# per target row). The sort-based kernel walks each run of equal indices with one warp, so a few rows
-# hit by many indices (an MoE's expert biases: 16 rows, 8192 indices) take a serial chain of updates.
-INDEX_PUT_ACCUMULATE_SHAPES = [
-    (16, 8192, 1024), (16, 8192, 4096), (64, 8192, 1024), (16, 32768, 256), (128, 65536, 512),
-    (4096, 16384, 1024), (32768, 32768, 256), (8, 4096, 2880),
-]
+def index_put_accumulate_shapes() -> list[tuple[int, int, int]]:
+    """(target rows, indices, row width) of the accumulating index_put benchmarks."""
+    return shape_table("copy", "index_put_accumulate")
 
 
 def _index_put_accumulate(out: list[Benchmark], mode: str, targets: int, n_idx: int, width: int) -> None:
@@ -214,5 +204,5 @@ def _index_put_accumulate(out: list[Benchmark], mode: str, targets: int, n_idx: 
 
 def _index_put(out: list[Benchmark]) -> None:
     for mode in ("fp32", "bf16"):
-        for targets, n_idx, width in INDEX_PUT_ACCUMULATE_SHAPES:
+        for targets, n_idx, width in index_put_accumulate_shapes():
             _index_put_accumulate(out, mode, targets, n_idx, width)

@@ -8,7 +8,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from .base import _NUMELS, DTYPES, Benchmark, Built, _d, _est, _simple, _tiny
+from .base import DTYPES, Benchmark, Built, _d, _est, _numels, _simple, _tiny
+from .shape_tables import shape_table
 
 
 def _streaming(opname: str, tag: str, fn: Callable[..., Any], arity: int, mode: str, n: int) -> Benchmark:
@@ -25,19 +26,17 @@ def _elementwise(out: list[Benchmark]) -> None:
     unary = {"relu": torch.relu, "gelu": F.gelu, "sigmoid": torch.sigmoid, "silu": F.silu,
              "dropout": lambda x: F.dropout(x, 0.1, True)}
     binary = {"add": torch.add, "mul": torch.mul}
+    all_numels = _numels()
     for mode in ("fp32", "bf16"):
         for opname, fn in {**binary, **unary}.items():
             arity = 2 if opname in binary else 1
-            numels = _NUMELS if mode == "fp32" or opname in ("add", "gelu") else _NUMELS[1::2]
+            numels = all_numels if mode == "fp32" or opname in ("add", "gelu") else all_numels[1::2]
             for n in numels:
                 out.append(_streaming(opname, opname, fn, arity, mode, n))
-    # Broadcast: a per-channel bias added in place to an NCHW activation (how PyTorch adds a cuDNN
-    # convolution's bias) and a per-feature vector added along the last dim.
+    # broadcast: bias adds along the channels of NCHW activations and along the last dim
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
-        for shape, bshape in [((64, 64, 112, 112), (1, 64, 1, 1)), ((64, 512, 28, 28), (1, 512, 1, 1)),
-                              ((256, 256, 14, 14), (1, 256, 1, 1)), ((8192, 4096), (4096,)),
-                              ((16384, 10000), (10000,)), ((12608, 2304), (2304,))]:
+        for shape, bshape in shape_table("elementwise", "bias_add"):
             n = math.prod(shape)
 
             def build(device: torch.device, seed: int, shape=shape, bshape=bshape, dt=dt) -> Built:
@@ -52,7 +51,7 @@ def _elementwise(out: list[Benchmark]) -> None:
     # Mixed precision: a bf16 tensor meets an fp32 one (a residual stream under autocast); TensorIterator
     # casts per element on its non-vectorised path.
     for opname, fn in binary.items():
-        for n in _NUMELS[1::2]:
+        for n in all_numels[1::2]:
             def build(device: torch.device, seed: int, n=n, fn=fn) -> Built:
                 return _simple(fn, [(_d(n, device, 1024),)] * 2, [torch.bfloat16, torch.float32])(device, seed)
             out.append(Benchmark(f"ew_{opname}_bf16xfp32_n{n}", "elementwise",
@@ -66,12 +65,13 @@ def _activations_in_place(out: list[Benchmark]) -> None:
     fns = {"relu_": torch.relu_, "hardtanh_": lambda x: F.hardtanh(x, 0.0, 6.0, inplace=True),
            "silu_": lambda x: F.silu(x, inplace=True),
            "threshold_backward": lambda g, y: torch.ops.aten.threshold_backward(g, y, 0.0)}
+    numels = _numels()
     for mode in ("fp32", "bf16"):
         for opname, fn in fns.items():
             arity = 2 if opname == "threshold_backward" else 1
             tag = opname.replace("_", "") + "inplace" if opname.endswith("_") else opname
-            for n in _NUMELS[2:]:
+            for n in numels[2:]:
                 out.append(_streaming(opname, tag, fn, arity, mode, n))
         # a tensor divided by a Python number (attention scaling, loss averaging, optimizer steps)
-        for n in _NUMELS[1::2]:
+        for n in numels[1::2]:
             out.append(_streaming("div", "divscalar", lambda x: torch.ops.aten.div.Scalar(x, 3.0), 1, mode, n))

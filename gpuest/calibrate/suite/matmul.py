@@ -6,20 +6,15 @@ import torch
 import torch.nn.functional as F
 
 from .base import DTYPES, Benchmark, Built, _d, _est, _simple
+from .shape_tables import shape_column, shape_table
 
 
 def _matmul(out: list[Benchmark]) -> None:
-    square = [256, 512, 1024, 2048, 4096, 8192]
-    awkward = [(1000, 1000, 1000), (1023, 1023, 1023), (4097, 4097, 4097), (3000, 5000, 2000)]
-    skinny = [(1, 4096, 4096), (8, 4096, 4096), (32, 4096, 4096), (1, 11008, 4096), (8, 4096, 11008),
-              (32, 1024, 1024), (128, 4096, 4096), (512, 768, 768)]
-    rect = [(8192, 1024, 4096), (16384, 4096, 1024), (4096, 50257, 768), (2048, 8192, 8192), (65536, 256, 256)]
-    # weight gradients of linear layers (M x N = the weight, K = the tokens): few output tiles, deep K
-    wgrad = [(96, 384, 401408), (192, 768, 100352), (384, 1536, 25088), (768, 3072, 6272), (768, 768, 16384),
-             (1024, 4096, 8192)]
+    mm_shapes = ([(s, s, s) for s in shape_column("matmul", "square")]
+                 + shape_table("matmul", "awkward", "skinny", "rectangular", "weight_gradients"))
     for mode in ("bf16", "fp16", "tf32", "fp32"):
         dt = DTYPES[mode]
-        shapes = [(s, s, s) for s in square] + awkward + skinny + rect + wgrad
+        shapes = mm_shapes
         if mode == "fp32":  # slow fp32 FMA: skip the largest
             shapes = [s for s in shapes if s[0] * s[1] * s[2] <= 2 * 4096 ** 3]
         for m, n, k in shapes:
@@ -32,11 +27,7 @@ def _matmul(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"mm_{mode}_m{m}_n{n}_k{k}", "matmul", {"op": "mm", "dtype": mode, "m": m, "n": n,
                                                                           "k": k}, build,
                                  est_ms=_est(fl, nb, mode), matmul_tf32=mode == "tf32"))
-        # nn.Linear: addmm with bias, weight transposed (x @ W^T + b).
-        # ... and the token-heavy, narrow projections of ConvNeXt-style blocks and large-batch MLPs
-        for tokens, fin, fout in [(1, 4096, 4096), (32, 768, 3072), (2048, 768, 3072), (8192, 4096, 4096),
-                                  (4096, 1024, 1000), (512, 2048, 2049), (401408, 96, 384), (401408, 384, 96),
-                                  (100352, 192, 768), (25088, 1536, 384), (6272, 768, 3072)]:
+        for tokens, fin, fout in shape_table("matmul", "linear"):
             fl = 2.0 * tokens * fin * fout
             nb = (tokens * fin + fin * fout + tokens * fout) * dt.itemsize
 
@@ -46,11 +37,7 @@ def _matmul(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"linear_{mode}_t{tokens}_in{fin}_out{fout}", "matmul",
                                  {"op": "linear", "dtype": mode, "tokens": tokens, "in": fin, "out": fout}, build,
                                  est_ms=_est(fl, nb, mode), matmul_tf32=mode == "tf32"))
-        for b, m, n, k in [(8, 512, 512, 64), (96, 128, 128, 64), (32, 1024, 1024, 128), (4, 2048, 2048, 2048),
-                           (64, 197, 197, 64), (256, 64, 64, 32),
-                           # a linear layer on a 3-D activation traces as a batched GEMM against the expanded
-                           # weight: a recurrent LM's vocabulary head, sequence-first attention projections
-                           (256, 64, 10000, 512), (50, 256, 2304, 768), (197, 64, 2304, 768)]:
+        for b, m, n, k in shape_table("matmul", "batched", "batched_linear"):
             fl = 2.0 * b * m * n * k
             nb = b * (m * k + k * n + m * n) * dt.itemsize
 

@@ -8,15 +8,15 @@ import torch
 import torch.nn.functional as F
 
 from .base import DTYPES, Benchmark, Built, _d, _est, _fwd_bwd, _randn
+from .shape_tables import shape_column, shape_table
 
 
 def _batch_norm_layouts(out: list[Benchmark]) -> None:
     """Batch norm in the layouts other recipes run, training (forward, backward) and eval: channels-last
     (NHWC) CNN activations, whose kernels read across channels, and BatchNorm1d over (N, C) tokens and
     (N, C, L) sequences."""
-    nhwc = [((32, 64, 112, 112), True), ((128, 256, 56, 56), True), ((128, 512, 28, 28), True),
-            ((128, 1024, 14, 14), True), ((128, 2048, 7, 7), True), ((8, 96, 56, 56), True)]
-    flat = [((65536, 384), False), ((12544, 128), False), ((64, 256, 1024), False), ((256, 64, 4096), False)]
+    nhwc = [(shape, True) for shape in shape_column("norm", "batch_norm_channels_last")]
+    flat = [(shape, False) for shape in shape_column("norm", "batch_norm_1d")]
     for mode in ("fp32", "bf16", "bf16mix"):
         dt = DTYPES[mode.removesuffix("mix")]
         pt = torch.float32 if mode.endswith("mix") else dt
@@ -56,13 +56,7 @@ def _norm(out: list[Benchmark]) -> None:
     for mode in ("fp32", "bf16", "bf16mix"):
         dt = DTYPES[mode.removesuffix("mix")]
         pt = torch.float32 if mode.endswith("mix") else dt
-        shapes = [(32, 64, 112), (32, 256, 56), (128, 512, 28), (8, 2048, 7), (1, 64, 56), (64, 96, 35),
-                  (64, 32, 112), (16, 24, 112), (256, 128, 14),
-                  # last stages at training batch: few channels per SM and 49-element planes
-                  (256, 512, 7), (128, 2048, 7),
-                  # first stages at training batch: millions of elements per channel
-                  (256, 64, 112), (128, 256, 56), (128, 96, 112)]
-        for n, c, hw in shapes:
+        for n, c, hw in shape_table("norm", "batch_norm", "batch_norm_last_stages", "batch_norm_first_stages"):
             numel = n * c * hw * hw
 
             def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, dt=dt, pt=pt) -> tuple:
@@ -91,16 +85,8 @@ def _norm(out: list[Benchmark]) -> None:
     # layer norm over the last dim
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
-        for tokens, dim in [(2048, 768), (8192, 4096), (1, 4096), (32768, 1024), (4 * 197, 384), (16384, 50),
-                            (16384, 64), (4096, 128), (65536, 256), (512, 2048), (256, 8192), (4096, 100),
-                            (1024, 12288), (401408, 96), (100352, 192),
-                            # ConvNeXt-style norms over the channels of NHWC tokens, at training batch
-                            (200704, 96), (802816, 96), (25088, 384), (6272, 768),
-                            # rows that are not a multiple of 4 elements take the unvectorised kernels
-                            (8192, 75), (4096, 250), (32768, 30), (2048, 1001),
-                            # transformer widths at more token counts (layer norm's backward
-                            # had the category's largest held-out error)
-                            (8192, 1024), (16384, 768), (2048, 5120), (64 * 197, 768), (50176, 128)]:
+        for tokens, dim in shape_table("norm", "layer_norm", "layer_norm_channels", "layer_norm_odd_rows",
+                                       "layer_norm_transformer"):
             numel = tokens * dim
 
             def leaves(device: torch.device, seed: int, i: int, tokens=tokens, dim=dim, dt=dt) -> tuple:
@@ -115,8 +101,7 @@ def _norm(out: list[Benchmark]) -> None:
             _fwd_bwd(out, "layernorm", tag, "norm", "layer_norm", params, ln, leaves, 3,
                      _est(5.0 * numel, 2.0 * numel * dt.itemsize), _est(8.0 * numel, 3.0 * numel * dt.itemsize))
     # group norm
-    for n, c, hw, groups in [(8, 256, 64, 32), (32, 128, 32, 32), (2, 512, 128, 32), (16, 64, 56, 8),
-                             (4, 320, 64, 32), (1, 128, 256, 32), (64, 256, 16, 16)]:
+    for n, c, hw, groups in shape_table("norm", "group_norm"):
         numel = n * c * hw * hw
 
         def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, groups=groups) -> tuple:

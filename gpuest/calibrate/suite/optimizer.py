@@ -6,6 +6,7 @@ from typing import Sequence
 import torch
 
 from .base import Benchmark, Built, TraceSpec, _d, _est, _gen
+from .shape_tables import shape_table
 
 
 class _Params(torch.nn.Module):
@@ -28,10 +29,7 @@ OPTIMIZER_FACTORIES = {
 
 def _optimizer(out: list[Benchmark]) -> None:
     for opt_name, states in (("adamw", 4), ("sgd", 3)):
-        for count, size in [(10, 2 ** 20), (100, 100_000), (200, 2 ** 20), (1000, 10_000), (50, 4 * 2 ** 20),
-                            (150, 65_537), (4, 25_000_000),
-                            # many small tensors, a few large ones, sizes off the powers of two
-                            (500, 4096), (60, 3 * 2 ** 20), (300, 300_000), (20, 16 * 2 ** 20)]:
+        for count, size in shape_table("optimizer", "steps", "steps_more"):
             if opt_name == "sgd" and count in (1000, 150):
                 continue
             nb = count * size * 4.0 * (2 * states - 1)

@@ -7,12 +7,13 @@ import torch
 import torch.nn.functional as F
 
 from .base import DTYPES, Benchmark, Built, _d, _est, _fwd_bwd, _nchw, _randn, _simple
+from .shape_tables import shape_table
 
 
 def _pool(out: list[Benchmark]) -> None:
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
-        for n, c, hw in [(32, 64, 112), (128, 64, 112), (1, 64, 112), (16, 192, 56), (64, 256, 28)]:
+        for n, c, hw in shape_table("pool", "max_pool"):
             numel = n * c * hw * hw
 
             def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, dt=dt) -> tuple:
@@ -26,14 +27,13 @@ def _pool(out: list[Benchmark]) -> None:
                      _est(9.0 * numel / 4, 1.25 * numel * dt.itemsize), _est(numel, 2.0 * numel * dt.itemsize))
     # more 3x3/2 max pools (ResNet stems, AlexNet-like 55x55), 2x2/2 max pools (VGG) and 2x2 average
     # pools (DenseNet transitions), forward and backward, fp32 and bf16
-    pools = {"maxpool": (lambda x: F.max_pool2d(x, 3, 2, 1), "max_pool2d_3x3s2",
-                         [(64, 64, 112), (256, 64, 56), (32, 128, 56), (8, 96, 55)]),
-             "maxpool2x2": (lambda x: F.max_pool2d(x, 2), "max_pool2d_2x2", [(32, 64, 224), (32, 256, 56), (32, 512, 28)]),
-             "avgpool2x2": (lambda x: F.avg_pool2d(x, 2), "avg_pool2d_2x2", [(64, 128, 56), (64, 256, 28), (64, 512, 14)])}
-    for prefix, (fn, opname, shapes) in pools.items():
+    pools = {"maxpool": (lambda x: F.max_pool2d(x, 3, 2, 1), "max_pool2d_3x3s2", "max_pool_more"),
+             "maxpool2x2": (lambda x: F.max_pool2d(x, 2), "max_pool2d_2x2", "max_pool_2x2"),
+             "avgpool2x2": (lambda x: F.avg_pool2d(x, 2), "avg_pool2d_2x2", "avg_pool_2x2")}
+    for prefix, (fn, opname, table) in pools.items():
         for mode in ("fp32", "bf16"):
             dt = DTYPES[mode]
-            for n, c, hw in shapes:
+            for n, c, hw in shape_table("pool", table):
                 numel = n * c * hw * hw
                 def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, dt=dt) -> tuple:
                     return (_randn(_nchw(device, n, c, hw), dt, device, seed, i),)
@@ -41,7 +41,7 @@ def _pool(out: list[Benchmark]) -> None:
                 tag = f"{mode}_n{n}_c{c}_hw{hw}"
                 _fwd_bwd(out, prefix, tag, "pool", opname, params, fn, leaves, 1,
                          _est(numel, 1.25 * numel * dt.itemsize), _est(numel, 2.0 * numel * dt.itemsize))
-    for n, c, hw in [(32, 2048, 7), (128, 512, 14), (1, 1280, 7), (64, 256, 56)]:
+    for n, c, hw in shape_table("pool", "global_avg_pool"):
         numel = n * c * hw * hw
 
         def build(device: torch.device, seed: int, n=n, c=c, hw=hw) -> Built:
@@ -60,26 +60,24 @@ def _pool(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"avgpool2x2_fp32_n{n}_c{c}_hw{hw}", "pool",
                                  {"op": "avg_pool2d_2x2", "dtype": "fp32", "batch": n, "channels": c, "hw": hw},
                                  build_avg, est_ms=_est(numel, 5.0 * numel)))
-    # 2x upsampling of decoders and feature pyramids (U-Net, diffusion U-Nets, FPN): nearest and bilinear,
-    # forward and backward (the backward sums each output pixel's gradient into its sources).
+    # 2x upsampling, nearest and bilinear, forward and backward
     upsample = {"upsample_nearest": (lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), "upsample_nearest2d"),
                 "upsample_bilinear": (lambda x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
                                       "upsample_bilinear2d")}
     for prefix, (fn, opname) in upsample.items():
         for mode in ("fp32", "bf16"):
             dt = DTYPES[mode]
-            for n, c, hw in [(32, 256, 32), (8, 128, 128), (1, 512, 16), (64, 64, 64)]:
+            for n, c, hw in shape_table("pool", "upsample"):
                 numel = n * c * hw * hw
                 def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, dt=dt) -> tuple:
                     return (_randn(_nchw(device, n, c, hw), dt, device, seed, i),)
                 params = {"dtype": mode, "batch": n, "channels": c, "hw": hw}
                 _fwd_bwd(out, prefix, f"{mode}_n{n}_c{c}_hw{hw}", "pool", opname, params, fn, leaves, 1,
                          _est(4.0 * numel, 5.0 * numel * dt.itemsize), _est(4.0 * numel, 5.0 * numel * dt.itemsize))
-    # Squeeze-and-excitation blocks (RegNetY, EfficientNet, MobileNetV3): every activation is pooled to one
-    # value per (sample, channel) and then scaled by one, at stage shapes and batches that fill the GPU.
+    # squeeze-and-excitation: a pool to one value per (sample, channel), then a scale by it
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
-        for n, c, hw in [(256, 64, 56), (256, 144, 28), (256, 320, 14), (256, 784, 7), (128, 96, 112)]:
+        for n, c, hw in shape_table("pool", "squeeze_excitation"):
             numel = n * c * hw * hw
 
             def build_squeeze(device: torch.device, seed: int, n=n, c=c, hw=hw, dt=dt) -> Built:
@@ -99,7 +97,7 @@ def _pool(out: list[Benchmark]) -> None:
 def _nhwc_spatial(out: list[Benchmark]) -> None:
     """Pooling, upsampling and per-channel elementwise ops on channels-last (NHWC) activations, the
     layout channels-last recipes hand them: their kernels index channels fastest, unlike NCHW's."""
-    shapes = [(64, 64, 112), (128, 256, 28), (32, 512, 14)]
+    shapes = shape_table("pool", "channels_last")
     spatial = {"maxpool": (lambda x: F.max_pool2d(x, 3, 2, 1), "max_pool2d_3x3s2"),
                "avgpool2x2": (lambda x: F.avg_pool2d(x, 2), "avg_pool2d_2x2"),
                "upsample_nearest": (lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), "upsample_nearest2d"),

@@ -6,12 +6,12 @@ import torch
 import torch.nn.functional as F
 
 from .base import DTYPES, Benchmark, Built, _d, _est, _fwd_bwd, _randn, _simple
+from .shape_tables import shape_column, shape_table
 
 
 def _reduction(out: list[Benchmark]) -> None:
-    shapes = [(1024, 1024), (8192, 8192), (32, 2 ** 20), (2 ** 20, 32), (4096, 50257), (64, 1000),
-              (4096, 64), (64, 65536), (16384, 2048)]
-    both_dims = ((8192, 8192), (2 ** 20, 32), (64, 65536))
+    shapes = shape_table("reduction", "rows_and_columns")
+    both_dims = shape_table("reduction", "both_dims")
     for opname, fn in {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax}.items():
         for r, c in shapes:
             for dim in (-1, 0):
@@ -24,29 +24,22 @@ def _reduction(out: list[Benchmark]) -> None:
                 out.append(Benchmark(f"reduce_{opname}_fp32_{r}x{c}_dim{dim}", "reduction",
                                      {"op": opname, "dtype": "fp32", "rows": r, "cols": c, "dim": dim}, build,
                                      est_ms=_est(r * c, 4.0 * r * c)))
-    # reductions of a whole tensor to one number (a loss's mean, a norm for gradient clipping)
     for mode in ("fp32", "bf16"):
         for opname, fn in {"sum": torch.sum, "mean": torch.mean}.items():
-            for n in (2 ** 20, 2 ** 24, 2 ** 27):
+            for n in shape_column("reduction", "whole_tensor"):
                 def build_all(device: torch.device, seed: int, n=n, fn=fn, dt=DTYPES[mode]) -> Built:
                     return _simple(lambda x: fn(x), [(_d(n, device, 1024),)], [dt])(device, seed)
                 out.append(Benchmark(f"reduce_{opname}_all_{mode}_n{n}", "reduction",
                                      {"op": opname, "dtype": mode, "numel": n}, build_all,
                                      est_ms=_est(n, DTYPES[mode].itemsize * n)))
-    # column sums over tokens: the bias gradient of every linear layer in training
     for mode in ("fp32", "bf16"):
-        for r, c in [(8192, 768), (16384, 3072), (50176, 96), (4096, 1024)]:
+        for r, c in shape_table("reduction", "column_sums"):
             _colsum(out, mode, r, c)
     # softmax / log_softmax forward and backward (category "reduction" in the estimator)
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
         for opname, fn in {"softmax": F.softmax, "log_softmax": F.log_softmax}.items():
-            for r, c in [(4096, 1024), (16384, 4096), (8 * 16 * 512, 512), (8192, 50257), (128, 128),
-                         (65536, 64), (2048, 2048), (512, 32000),
-                         # rows that are not a multiple of 4: eager attention over ViT's 197 tokens
-                         (64 * 12 * 197, 197), (4096, 1001), (8192, 77),
-                         # language-model heads: rows longer than a block's shared memory
-                         (4096, 32000), (1024, 128256)]:
+            for r, c in shape_table("reduction", "softmax", "softmax_odd_rows", "softmax_vocabulary"):
                 if mode == "bf16" and opname == "log_softmax" and c not in (50257, 32000, 128256):
                     continue
 
@@ -78,21 +71,20 @@ def _reduction_more(out: list[Benchmark]) -> None:
     """Row reductions on bf16 data, column sums of more widths, softmax over attention-score
     rows (eager attention: 1024, 577 and 256 keys)."""
     for opname, fn in {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax}.items():
-        for r, c in [(4096, 4096), (512, 16384), (65536, 256), (1000, 1000)]:
+        for r, c in shape_table("reduction", "bf16_rows"):
             def build(device: torch.device, seed: int, r=r, c=c, fn=fn) -> Built:
                 return _simple(lambda x: fn(x, -1), [(_d(r, device), _d(c, device))], [torch.bfloat16])(device, seed)
             out.append(Benchmark(f"reduce_{opname}_bf16_{r}x{c}_dim-1", "reduction",
                                  {"op": opname, "dtype": "bf16", "rows": r, "cols": c, "dim": -1}, build,
                                  est_ms=_est(r * c, 2.0 * r * c)))
     for mode in ("fp32", "bf16"):
-        for r, c in [(32768, 512), (2048, 4096), (131072, 64)]:
+        for r, c in shape_table("reduction", "column_sums_more"):
             _colsum(out, mode, r, c)
     for mode in ("fp32", "bf16"):
-        for r, c in [(4 * 12 * 1024, 1024), (8 * 16 * 577, 577), (32 * 8 * 256, 256)]:
+        for r, c in shape_table("reduction", "attention_softmax"):
             _softmax_rows(out, mode, r, c)
-    # Softmax over the 49 (7x7) keys of Swin's window attention, millions of short odd rows
-    for mode, r in [("fp32", 8192 * 3 * 49), ("fp32", 512 * 12 * 49), ("bf16", 2048 * 6 * 49)]:
-        _softmax_rows(out, mode, r, 49)
+    for mode, r, c in shape_table("reduction", "window_softmax"):
+        _softmax_rows(out, mode, r, c)
 
 
 def _softmax_rows(out: list[Benchmark], mode: str, r: int, c: int) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from .base import DTYPES, Benchmark, Built, TraceSpec, _d, _est, _randn
+from .shape_tables import shape_table
 
 
 class _RNNForward(torch.nn.Module):
@@ -19,49 +20,13 @@ class _RNNForward(torch.nn.Module):
 
 
 def _rnn(out: list[Benchmark]) -> None:
-    configs = [(128, 32, 256, 256, 1), (64, 64, 512, 512, 2), (256, 8, 128, 1024, 1), (32, 128, 1024, 1024, 1),
-               (512, 16, 64, 128, 2)]
-    # More LSTM shapes (batch 1, deep, wide); the GRU's per-step CPU trace makes it slow to re-trace.
-    lstm_only = [(64, 1, 512, 512, 1), (128, 64, 256, 512, 1), (32, 32, 128, 256, 3), (256, 128, 512, 512, 1),
-                 (16, 256, 1024, 2048, 1)]
     for cell in ("lstm", "gru"):
-        for seq, batch, fin, hid, layers in configs + (lstm_only if cell == "lstm" else []):
+        tables = ("layers", "lstm_only") if cell == "lstm" else ("layers",)  # a GRU's CPU trace is slow
+        for seq, batch, fin, hid, layers in shape_table("rnn", *tables):
             _rnn_benchmarks(out, cell, seq, batch, fin, hid, layers, False)
-    # (cell, seq, batch, input, hidden, layers, bidirectional): small hidden sizes (whose steps are launch-bound), language and speech models' shapes, and
-    # bidirectional layers; GRUs kept to few steps (slow CPU traces).
-    launch_bound_shapes = [("lstm", 35, 20, 650, 650, 2, False), ("lstm", 100, 32, 128, 128, 1, False),
-                 ("lstm", 50, 1, 128, 128, 1, False), ("lstm", 20, 64, 300, 256, 2, False),
-                 ("lstm", 64, 32, 256, 256, 1, True), ("lstm", 50, 16, 128, 512, 2, True),
-                 ("lstm", 128, 256, 64, 64, 1, False), ("gru", 32, 64, 256, 256, 1, False),
-                 ("gru", 50, 1, 128, 128, 1, False), ("gru", 20, 32, 512, 1024, 2, False),
-                 ("gru", 24, 16, 128, 256, 1, True)]
-    # cuDNN's persistent kernels (one launch per layer, a grid barrier per step) ran for hidden
-    # 64 and 128 and cost a GRU step about half an LSTM step of the same width; more hidden sizes (32 to
-    # 192, across where cuDNN stops running persistent), batches and depths of both cells.
-    persistent_shapes = [
-            ("lstm", 64, 8, 32, 32, 1, False), ("lstm", 96, 64, 96, 96, 1, False),
-            ("lstm", 48, 16, 160, 160, 1, False), ("lstm", 48, 16, 192, 192, 1, False),
-            ("lstm", 200, 4, 64, 64, 2, False), ("lstm", 64, 128, 128, 128, 1, False),
-            ("lstm", 64, 1, 64, 128, 1, True), ("gru", 64, 8, 64, 64, 1, False),
-            ("gru", 48, 64, 128, 128, 1, False), ("gru", 32, 16, 96, 96, 2, False),
-            ("gru", 32, 4, 160, 160, 1, False), ("gru", 32, 32, 32, 32, 1, False),
-            ("gru", 40, 256, 64, 64, 1, False), ("gru", 64, 1, 128, 128, 1, True)]
-    for spec in launch_bound_shapes + persistent_shapes:
+    for spec in shape_table("rnn", "launch_bound", "persistent"):
         _rnn_benchmarks(out, *spec)
-    # 16-bit layers (bf16 weights; mixed precision runs cuDNN's RNNs in fp16, the same 16-bit
-    # fits), of both cells and of widths that run persistent in fp32 and per step; without them the fits
-    # extrapolated the fp32 kernels to a mode they never saw.
-    sixteen_bit_shapes = [
-            ("lstm", 64, 8, 32, 32, 1, False), ("lstm", 50, 1, 128, 128, 1, False),
-            ("lstm", 100, 32, 128, 128, 1, False), ("gru", 48, 64, 128, 128, 1, False),
-            ("lstm", 200, 4, 64, 64, 2, False), ("gru", 32, 16, 96, 96, 2, False),
-            ("lstm", 48, 16, 160, 160, 1, False), ("lstm", 128, 32, 256, 256, 1, False),
-            ("lstm", 64, 64, 512, 512, 2, False), ("lstm", 35, 20, 650, 650, 2, False),
-            ("lstm", 32, 128, 1024, 1024, 1, False), ("lstm", 64, 1, 512, 512, 1, False),
-            ("gru", 32, 64, 256, 256, 1, False), ("gru", 20, 32, 512, 1024, 2, False),
-            ("lstm", 64, 32, 256, 256, 1, True), ("lstm", 256, 8, 128, 1024, 1, False),
-            ("lstm", 16, 256, 1024, 2048, 1, False), ("gru", 64, 1, 128, 128, 1, True)]
-    for spec in sixteen_bit_shapes:
+    for spec in shape_table("rnn", "sixteen_bit"):
         _rnn_benchmarks(out, *spec, dtype="bf16")
     for cell in ("lstm", "gru"):
         # One cuDNN RNN call costs the host far more than one elementwise op (weight and descriptor

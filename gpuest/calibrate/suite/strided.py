@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from .base import DTYPES, Benchmark, Built, _d, _est, _simple
+from .shape_tables import shape_table
 
 
 def _strided_operands(out: list[Benchmark]) -> None:
@@ -16,7 +17,7 @@ def _strided_operands(out: list[Benchmark]) -> None:
     class token kept apart from the rotated tokens, interleaved pairs)."""
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
-        for rows, cols in [(32768, 2048), (8192, 8192), (131072, 512), (1024, 2048), (4096, 512)]:
+        for rows, cols in shape_table("strided", "chunk"):
             n = rows * cols // 2
 
             def build_chunk(device: torch.device, seed: int, rows=rows, cols=cols, dt=dt) -> Built:
@@ -25,33 +26,27 @@ def _strided_operands(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"ew_chunk_silu_{mode}_r{rows}_c{cols}", "elementwise",
                                  {"op": "silu", "dtype": mode, "rows": rows, "cols": cols, "operands": "chunk"},
                                  build_chunk, est_ms=_est(n, 2 * n * dt.itemsize, mode)))
-    halves = {"bf16": [(16, 32, 512, 128), (64, 12, 197, 64), (4, 16, 2048, 64), (128, 3, 256, 64),
-                       (8, 32, 1024, 128), (256, 6, 196, 32), (1, 8, 128, 64), (4, 32, 128, 128), (1, 32, 512, 128)],
-              "fp32": [(16, 32, 512, 128), (64, 12, 197, 64), (128, 3, 256, 64), (1, 32, 512, 128)]}
-    for mode, shapes in halves.items():
+    for mode, b, h, sq, d in shape_table("strided", "halves"):
         dt = DTYPES[mode]
-        for b, h, sq, d in shapes:
-            def build_halves(device: torch.device, seed: int, shape=(b, h, sq, d), dt=dt) -> Built:
-                dims = tuple(_d(v, device, 4) for v in shape)
-                return _simple(lambda x: torch.cat((x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]), -1),
-                               [dims], [dt])(device, seed)
-            out.append(Benchmark(f"cat_strided_halves_{mode}_b{b}_h{h}_s{sq}_d{d}", "copy",
-                                 {"op": "cat", "dtype": mode, "shape": [b, h, sq, d], "operands": "halves"},
-                                 build_halves, est_ms=_est(0, 2.0 * dt.itemsize * b * h * sq * d)))
-    tokens = {"bf16": [(128, 3, 256, 64), (64, 6, 196, 64), (32, 12, 576, 64), (16, 16, 1024, 64), (8, 3, 64, 64)],
-              "fp32": [(64, 6, 196, 64)]}
-    for mode, shapes in tokens.items():
+
+        def build_halves(device: torch.device, seed: int, shape=(b, h, sq, d), dt=dt) -> Built:
+            dims = tuple(_d(v, device, 4) for v in shape)
+            return _simple(lambda x: torch.cat((x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]), -1),
+                           [dims], [dt])(device, seed)
+        out.append(Benchmark(f"cat_strided_halves_{mode}_b{b}_h{h}_s{sq}_d{d}", "copy",
+                             {"op": "cat", "dtype": mode, "shape": [b, h, sq, d], "operands": "halves"},
+                             build_halves, est_ms=_est(0, 2.0 * dt.itemsize * b * h * sq * d)))
+    for mode, b, h, sq, d in shape_table("strided", "class_token"):
         dt = DTYPES[mode]
-        for b, h, sq, d in shapes:
-            def build_token(device: torch.device, seed: int, b=b, h=h, sq=sq, d=d, dt=dt) -> Built:
-                q = tuple(_d(v, device, 4) for v in (b, h, sq + 1, d))
-                return _simple(lambda q, y: torch.cat((q[:, :, :1], y), 2), [q, q[:2] + (q[2] - 1, q[3])],
-                               [dt, dt])(device, seed)
-            out.append(Benchmark(f"cat_strided_token_{mode}_b{b}_h{h}_s{sq}_d{d}", "copy",
-                                 {"op": "cat", "dtype": mode, "shape": [b, h, sq, d], "operands": "token"},
-                                 build_token, est_ms=_est(0, 2.0 * dt.itemsize * b * h * (sq + 1) * d)))
-    for mode, (b, h, sq, d) in [("bf16", (128, 3, 256, 64)), ("bf16", (16, 32, 512, 128)),
-                                ("fp32", (64, 12, 197, 64)), ("bf16", (1, 8, 128, 64))]:
+
+        def build_token(device: torch.device, seed: int, b=b, h=h, sq=sq, d=d, dt=dt) -> Built:
+            q = tuple(_d(v, device, 4) for v in (b, h, sq + 1, d))
+            return _simple(lambda q, y: torch.cat((q[:, :, :1], y), 2), [q, q[:2] + (q[2] - 1, q[3])],
+                           [dt, dt])(device, seed)
+        out.append(Benchmark(f"cat_strided_token_{mode}_b{b}_h{h}_s{sq}_d{d}", "copy",
+                             {"op": "cat", "dtype": mode, "shape": [b, h, sq, d], "operands": "token"},
+                             build_token, est_ms=_est(0, 2.0 * dt.itemsize * b * h * (sq + 1) * d)))
+    for mode, b, h, sq, d in shape_table("strided", "pairs"):
         dt = DTYPES[mode]
 
         def build_pairs(device: torch.device, seed: int, shape=(b, h, sq, d), dt=dt) -> Built:
@@ -60,9 +55,7 @@ def _strided_operands(out: list[Benchmark]) -> None:
         out.append(Benchmark(f"stack_pairs_{mode}_b{b}_h{h}_s{sq}_d{d}", "copy",
                              {"op": "stack", "dtype": mode, "shape": [b, h, sq, d], "operands": "pairs"},
                              build_pairs, est_ms=_est(0, 2.0 * dt.itemsize * b * h * sq * d)))
-    # a dense tensor stacked with a strided one (EVA's rotation: the negated odd half beside the even one)
-    for mode, (b, h, sq, d) in [("bf16", (128, 3, 256, 64)), ("bf16", (32, 12, 197, 64)), ("bf16", (8, 32, 512, 128)),
-                                ("bf16", (1, 8, 128, 64)), ("fp32", (32, 12, 197, 64))]:
+    for mode, b, h, sq, d in shape_table("strided", "dense_strided"):
         dt = DTYPES[mode]
 
         def build_mixed(device: torch.device, seed: int, b=b, h=h, sq=sq, d=d, dt=dt) -> Built:
