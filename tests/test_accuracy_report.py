@@ -123,6 +123,15 @@ def test_align_per_op_expands_composites():
     assert r["coverage_pct"] == pytest.approx(35 / 40 * 100)
 
 
+def test_align_per_op_matches_the_batch_norm_composite_with_its_kernel():
+    """The profiler shows a batch norm's forward as aten::batch_norm; the graph names the kernel it runs."""
+    measured = {"ops": [["aten::batch_norm", 30.0, [["aten::_batch_norm_impl_index", 30.0]]],
+                        ["aten::relu_", 5.0, []]], "iteration_device_busy_us": 35.0}
+    for kernel in ("native_batch_norm", "cudnn_batch_norm", "_native_batch_norm_legit_no_training"):
+        r = E.align_per_op(measured, [(f"aten.{kernel}.default", 25e-6), ("aten.relu_.default", 5e-6)])
+        assert r["n_matched"] == 2 and r["matched_measured_us"] == pytest.approx(35.0)
+
+
 def test_staged_copies_count_inside_the_op_that_makes_them():
     per_node = pd.DataFrame({"op": ["aten.clone.default", "aten.native_layer_norm.default", "aten.clone.default"],
                              "time_s": [3e-6, 5e-6, 2e-6], "staged": [True, False, False]})

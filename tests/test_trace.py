@@ -699,6 +699,41 @@ def test_dropout_traces_as_the_kernels_cuda_runs(p, inplace, fused):
     assert not [d for _, d in infer.nodes(data=True) if "dropout" in d["op"] or "bernoulli" in d["op"]]
 
 
+@pytest.mark.parametrize("precision, layer, backend", [
+    ("fp32", torch.nn.BatchNorm2d(8), "cudnn"),
+    ("fp16-mixed", torch.nn.BatchNorm2d(8), "cudnn"),          # fp16 data, fp32 weights: cuDNN
+    ("bf16-mixed", torch.nn.BatchNorm2d(8), "native"),         # bf16 anywhere: PyTorch's kernels
+    ("bf16", torch.nn.BatchNorm2d(8), "native"),
+    ("fp16", torch.nn.BatchNorm2d(8), "native"),               # fp16 weights
+    ("fp32", torch.nn.BatchNorm2d(8, affine=False), "native"),
+    ("fp32", torch.nn.BatchNorm2d(8, eps=1e-6), "native"),     # below cuDNN's smallest epsilon
+])
+def test_training_batch_norm_is_named_by_the_backend_torch_picks(precision, layer, backend):
+    """torch's _select_batch_norm_backend sends only some dtypes and arguments to cuDNN; the rest run
+    PyTorch's native kernels, which the profiler names and the profile prices apart."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), layer)
+    graph = trace(model, (torch.empty(4, 3, 16, 16),), mode="training", precision=precision)
+    ops = {d["op"] for _, d in graph.nodes(data=True) if "batch_norm" in d["op"]}
+    assert ops == {f"aten.{backend}_batch_norm.default", f"aten.{backend}_batch_norm_backward.default"}
+
+
+def test_batch_norm_1d_over_features_runs_native_kernels():
+    graph = trace(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8)), (torch.empty(16, 4),),
+                  mode="training")
+    assert {d["op"] for _, d in graph.nodes(data=True) if "batch_norm" in d["op"]} == {
+        "aten.native_batch_norm.default", "aten.native_batch_norm_backward.default"}
+
+
+def test_batch_norm_records_the_memory_format_its_kernels_get():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8))
+    layouts = {}
+    for memory_format in (torch.contiguous_format, torch.channels_last):
+        graph = trace(model.to(memory_format=memory_format),
+                      (torch.empty(4, 3, 16, 16).to(memory_format=memory_format),), mode="training")
+        layouts[memory_format] = {d["channels_last"] for _, d in graph.nodes(data=True) if "batch_norm" in d["op"]}
+    assert layouts == {torch.contiguous_format: {False}, torch.channels_last: {True}}
+
+
 def test_row_wise_ops_carry_their_rows():
     """Norms, softmax and reductions record the independent rows they reduce and each row's length."""
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.GroupNorm(2, 8),

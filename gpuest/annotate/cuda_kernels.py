@@ -8,14 +8,27 @@ from __future__ import annotations
 
 # CPU kernel -> CUDA kernel, where the choice does not depend on arguments.
 CUDA_EQUIVALENT = {
-    "aten.native_batch_norm.default": "aten.cudnn_batch_norm.default",
-    "aten._native_batch_norm_legit.default": "aten.cudnn_batch_norm.default",
-    "aten._native_batch_norm_legit.no_stats": "aten.cudnn_batch_norm.default",
-    "aten._batch_norm_with_update.default": "aten.cudnn_batch_norm.default",
-    "aten.native_batch_norm_backward.default": "aten.cudnn_batch_norm_backward.default",
-    "aten.batch_norm_backward.default": "aten.cudnn_batch_norm_backward.default",
     "aten.mkldnn_rnn_layer.default": "aten._cudnn_rnn.default",
     "aten.mkldnn_rnn_layer_backward.default": "aten._cudnn_rnn_backward.default",
+}
+
+# Batch norm with batch statistics (CPU name -> direction); the CUDA kernels depend on the arguments
+# (BATCH_NORM_CUDA, by backend: gpuest.capture.normalize.batch_norm_backend).
+BATCH_NORM_CPU = {
+    "aten.native_batch_norm.default": "forward",
+    "aten._native_batch_norm_legit.default": "forward",
+    "aten._native_batch_norm_legit.no_stats": "forward",
+    "aten._batch_norm_with_update.default": "forward",
+    "aten.cudnn_batch_norm.default": "forward",
+    "aten.native_batch_norm_backward.default": "backward",
+    "aten.batch_norm_backward.default": "backward",
+    "aten.cudnn_batch_norm_backward.default": "backward",
+}
+BATCH_NORM_CUDA = {
+    ("cudnn", "forward"): "aten.cudnn_batch_norm.default",
+    ("cudnn", "backward"): "aten.cudnn_batch_norm_backward.default",
+    ("native", "forward"): "aten.native_batch_norm.default",
+    ("native", "backward"): "aten.native_batch_norm_backward.default",
 }
 
 # CPU SDPA kernel -> its direction; the CUDA kernel depends on the arguments (SDPA_CUDA, by backend).

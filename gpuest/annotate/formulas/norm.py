@@ -51,7 +51,17 @@ def _group_rows(call: OpCall) -> tuple[int, int]:
     return n * groups, c // max(groups, 1) * hw
 
 
-_norm_statistics = by_category("norm", flops_per_input=5.0, rows=_channel_rows)
+def _per_channel(formula: Any) -> Any:
+    """`formula` with the memory format of the input (the activation, also in a backward, whose incoming
+    gradient is made to match it) recorded: batch norm's kernels index by channel, and on NHWC data
+    PyTorch and cuDNN run other kernels (channels-last reductions) than on NCHW data."""
+    def priced(call: OpCall) -> Cost:
+        x = tensors(call.arg("input"))
+        return replace(formula(call), channels_last=bool(x) and is_channels_last(x[0]))
+    return priced
+
+
+_norm_statistics = _per_channel(by_category("norm", flops_per_input=5.0, rows=_channel_rows))
 _affine = by_category("elementwise", flops_per_input=2.0)
 
 
@@ -78,7 +88,8 @@ for _names, _flops_in, _rows in [
     (["native_group_norm_backward"], 8.0, _group_rows),
     (["instance_norm"], 5.0, None),  # composite: traces as batch norm; registered in case a backend keeps it
 ]:
-    register_cost(*iter_ops(_names))(by_category("norm", flops_per_input=_flops_in, rows=_rows))
+    _formula = by_category("norm", flops_per_input=_flops_in, rows=_rows)
+    register_cost(*iter_ops(_names))(_per_channel(_formula) if _rows is _channel_rows else _formula)
 
 
 # PyTorch's layer norm kernels copy a non-contiguous input (and, backward, the incoming gradient) to a
