@@ -22,6 +22,17 @@ ATTENTION_BACKWARD = [name + "_backward" for name in ATTENTION_FORWARD[:3]] + [
     "_flash_attention_backward", "_efficient_attention_backward"]
 
 ATTENTION_TILE = 128  # query/key block edge of the flash and memory-efficient kernels
+# The (batch, heads, seq, head_dim) ops, counted by sdpa_flops; the others keep torch's formulas.
+SDPA_PACKETS = frozenset(name for name in ATTENTION_FORWARD + ATTENTION_BACKWARD if name.startswith("_scaled_dot_product"))
+
+
+def sdpa_flops(q: tuple, k: tuple, v: tuple, backward: bool) -> float:
+    """torch's count (flop_counter.sdpa_flop_count, sdpa_backward_flop_count) with grouped-query attention's
+    key/value heads broadcast to the query's, as the kernels do: torch before 2.14 refuses such shapes.
+    Forward: the score and output GEMMs; backward: the recomputed scores and the four gradient GEMMs."""
+    b, h, s_q, d_q = q
+    s_k, d_v = k[-2], v[-1]
+    return 2.0 * b * h * s_q * s_k * (3 * d_q + 2 * d_v if backward else d_q + d_v)
 
 
 def causal_mask_kind(call: OpCall) -> int:
@@ -52,7 +63,8 @@ def _attention(call: OpCall, packet: Any, backward: bool) -> Cost:
     q, k = call.arg("query"), call.arg("key")
     *lead, s_q, d = shape_of(q)
     s_k = shape_of(k)[-2]
-    flops = torch_flops(call, packet)
+    flops = (sdpa_flops(shape_of(q), shape_of(k), shape_of(call.arg("value")), backward)
+             if packet.__name__ in SDPA_PACKETS else torch_flops(call, packet))
     # Flash-style kernels keep the S x S scores on chip: traffic is the operands, not S^2. Under a causal
     # mask they skip the tiles wholly above the diagonal and compute the diagonal ones in full; torch's
     # count (kept as the FLOPs) includes them all.
