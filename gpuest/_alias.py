@@ -16,10 +16,14 @@ class _AliasLoader(importlib.abc.Loader):
         self.target = target
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        return importlib.import_module(self.target)
+        module = importlib.import_module(self.target)
+        self.target_spec = module.__spec__
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """The target module already ran when create_module imported it."""
+        """The target module already ran when create_module imported it; the import system has since set
+        the alias's spec on it, which would hide that the target is a package (importlib.resources)."""
+        module.__spec__ = self.target_spec
 
     def get_code(self, fullname: str) -> CodeType | None:
         # `python3 -m calibration.runner` runs the target's code as __main__ (runpy asks for it).

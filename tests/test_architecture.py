@@ -118,3 +118,6 @@ def test_old_names_still_import_the_same_modules():
     import gpuest.price.memory.peak
     assert estimator.estimate is gpuest.estimate and all_benchmarks is gpuest.calibrate.suite.all_benchmarks
     assert memory_estimate is gpuest.price.memory.peak.memory_estimate
+    # the shared module keeps its own spec: still the package it is (importlib.resources reads its data)
+    assert gpuest.calibrate.suite.__spec__.name == "gpuest.calibrate.suite"
+    assert gpuest.calibrate.suite.__spec__.submodule_search_locations

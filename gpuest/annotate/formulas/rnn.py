@@ -18,7 +18,7 @@ RNN_GATES = dict(enumerate(RNN_MODE_GATES.values()))                     # by mk
 # layer and direction (RNN_blockPersist_fp_* / _bp_*), whose blocks meet at a grid-wide barrier each
 # step, instead of a GEMM and a cell kernel per step: hidden 32 to 192 ran persistent, 256 and wider
 # did not (data/kernels/H100-SXM-benchmarks.jsonl; 224 is not measured). In 16 bits it never does: a bf16
-# LSTM of hidden 128 ran a GEMM and a cell kernel per step like a wide one (the session-15 kernel
+# LSTM of hidden 128 ran a GEMM and a cell kernel per step like a wide one (the bf16 kernel
 # profiles there). A step's time grows with the
 # recurrent weights it multiplies (gates x hidden^2), slowly up to the 49152 a step keeps in registers
 # (192 KB of fp32; gpuest.price.device_time.PERSISTENT_REGISTER_STEPS) and steeply beyond: 0.33 us at

@@ -10,6 +10,11 @@ from .base import DTYPES, Benchmark, Built, _d, _est, _fwd_bwd, _nchw, _randn, _
 from .shape_tables import shape_table
 
 
+def _avg_pool_3x3_stride_1(x: torch.Tensor) -> torch.Tensor:
+    """PoolFormer's token mixer (padding left out of the mean); Inception's pooling branches keep it in."""
+    return F.avg_pool2d(x, 3, 1, 1, count_include_pad=False)
+
+
 def _pool(out: list[Benchmark]) -> None:
     for mode in ("fp32", "bf16"):
         dt = DTYPES[mode]
@@ -29,7 +34,8 @@ def _pool(out: list[Benchmark]) -> None:
     # pools (DenseNet transitions), forward and backward, fp32 and bf16
     pools = {"maxpool": (lambda x: F.max_pool2d(x, 3, 2, 1), "max_pool2d_3x3s2", "max_pool_more"),
              "maxpool2x2": (lambda x: F.max_pool2d(x, 2), "max_pool2d_2x2", "max_pool_2x2"),
-             "avgpool2x2": (lambda x: F.avg_pool2d(x, 2), "avg_pool2d_2x2", "avg_pool_2x2")}
+             "avgpool2x2": (lambda x: F.avg_pool2d(x, 2), "avg_pool2d_2x2", "avg_pool_2x2"),
+             "avgpool3x3s1": (_avg_pool_3x3_stride_1, "avg_pool2d_3x3s1", "avg_pool_3x3_stride_1")}
     for prefix, (fn, opname, table) in pools.items():
         for mode in ("fp32", "bf16"):
             dt = DTYPES[mode]
@@ -100,6 +106,7 @@ def _nhwc_spatial(out: list[Benchmark]) -> None:
     shapes = shape_table("pool", "channels_last")
     spatial = {"maxpool": (lambda x: F.max_pool2d(x, 3, 2, 1), "max_pool2d_3x3s2"),
                "avgpool2x2": (lambda x: F.avg_pool2d(x, 2), "avg_pool2d_2x2"),
+               "avgpool3x3s1": (_avg_pool_3x3_stride_1, "avg_pool2d_3x3s1"),
                "upsample_nearest": (lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), "upsample_nearest2d"),
                "upsample_bilinear": (lambda x: F.interpolate(x, scale_factor=2, mode="bilinear",
                                                               align_corners=False), "upsample_bilinear2d")}
