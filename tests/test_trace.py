@@ -1316,3 +1316,11 @@ def test_attention_with_a_learned_bias_traces_as_cudas_memory_efficient_kernel()
     assert not ops["aten.bmm.default"] and not ops["aten._softmax.default"]
     # 49 keys: ATen pads the bias to the kernel's alignment (one copy forward, its slice backward)
     assert ops["aten.constant_pad_nd.default"] >= 1
+    # the backward that writes the bias's gradient is priced as its own kernel variant; a fixed mask's is not
+    backward = [d for _, d in g.nodes(data=True)
+                if d["op"] == "aten._scaled_dot_product_efficient_attention_backward.default"]
+    assert [d["variant"] for d in backward] == ["bias_grad"]
+    model = BiasedAttention()
+    model.bias.requires_grad_(False)
+    fixed = trace(model, (torch.empty(2, 49, 128),), mode="training", precision="bf16-mixed")
+    assert {d["variant"] for _, d in fixed.nodes(data=True) if "attention_backward" in d["op"]} == {""}

@@ -35,9 +35,9 @@ def sdpa_backend(query: torch.Tensor, has_mask: bool) -> str:
 
 def batch_norm_backend(x: torch.Tensor, weight: torch.Tensor | None, has_bias: bool, eps: float) -> str:
     """"cudnn" or "native": whose CUDA kernels torch's batch norm with batch statistics (and its backward)
-    runs for these arguments, as its _select_batch_norm_backend decides. bf16 anywhere, fp16 data with fp16 weights (not autocast's fp32
-    ones), no affine parameters, 2-D inputs (BatchNorm1d over (N, C)), a small eps or a huge tensor take
-    PyTorch's native kernels, whose cost differs from cuDNN's (their own residual fits)."""
+    runs for these arguments, as its _select_batch_norm_backend decides. bf16 anywhere, fp16 data with fp16
+    weights (not autocast's fp32 ones), no affine parameters, 2-D inputs (BatchNorm1d over (N, C)), a small
+    eps or a huge tensor take PyTorch's native kernels, whose cost differs from cuDNN's (their own fits)."""
     if weight is None or not has_bias or x.dim() < 3 or torch.bfloat16 in (x.dtype, weight.dtype):
         return "native"
     if x.dtype == torch.float16 and weight.dtype != torch.float32:
@@ -52,7 +52,8 @@ def _batch_norm_kernel(func: Any, args: tuple, kwargs: dict, direction: str) -> 
     """The CUDA kernel of a batch norm with batch statistics (forward) or of its backward."""
     x, weight = schema_arg(func, args, kwargs, "input"), schema_arg(func, args, kwargs, "weight")
     # A backward has no bias argument; affine batch norm has both parameters or neither.
-    has_bias = weight is not None if direction == "backward" else schema_arg(func, args, kwargs, "bias") is not None
+    has_bias = (weight is not None if direction == "backward"
+                else schema_arg(func, args, kwargs, "bias") is not None)
     backend = batch_norm_backend(x, weight, has_bias, float(schema_arg(func, args, kwargs, "eps")))
     return BATCH_NORM_CUDA[(backend, direction)]
 

@@ -23,7 +23,8 @@ ATTENTION_BACKWARD = [name + "_backward" for name in ATTENTION_FORWARD[:3]] + [
 
 ATTENTION_TILE = 128  # query/key block edge of the flash and memory-efficient kernels
 # The (batch, heads, seq, head_dim) ops, counted by sdpa_flops; the others keep torch's formulas.
-SDPA_PACKETS = frozenset(name for name in ATTENTION_FORWARD + ATTENTION_BACKWARD if name.startswith("_scaled_dot_product"))
+SDPA_PACKETS = frozenset(name for name in ATTENTION_FORWARD + ATTENTION_BACKWARD
+                         if name.startswith("_scaled_dot_product"))
 
 
 def sdpa_flops(q: tuple, k: tuple, v: tuple, backward: bool) -> float:
@@ -70,7 +71,16 @@ def _attention(call: OpCall, packet: Any, backward: bool) -> Cost:
     # count (kept as the FLOPs) includes them all.
     kept = causal_kept_fraction(-(-s_q // ATTENTION_TILE), -(-s_k // ATTENTION_TILE), causal_mask_kind(call))
     return replace(with_gemm(call, "attention", flops, (s_q, s_k, d), math.prod(lead), kernels=3 if backward else 1),
-                   flops_skipped=flops * (1.0 - kept))
+                   flops_skipped=flops * (1.0 - kept), variant="bias_grad" if _computes_bias_grad(call) else "")
+
+
+def _computes_bias_grad(call: OpCall) -> bool:
+    """Whether a memory-efficient attention backward also computes its bias's gradient (a learned bias): the
+    kernel then writes a (batch, heads, queries, keys) gradient, another kernel family (grad_input_mask[3])."""
+    if not call.has_arg("grad_input_mask"):
+        return False
+    mask = call.arg("grad_input_mask")
+    return isinstance(mask, (list, tuple)) and len(mask) > 3 and bool(mask[3])
 
 
 for _name in ATTENTION_FORWARD + ATTENTION_BACKWARD:
