@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -157,8 +158,27 @@ class Profile:
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
-        path.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
+        path.write_text(profile_json(self.to_json()) + "\n")
         return path
+
+
+def profile_json(data: Mapping[str, Any]) -> str:
+    """A profile as JSON: objects indented one space a level, keys sorted, and every list of plain values on
+    one line (a profile holds thousands of feature rows; one number per line made it megabytes larger)."""
+    flat: dict[str, str] = {}
+
+    def folded(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: folded(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            if all(not isinstance(v, (Mapping, list, tuple)) for v in value):
+                token = f"@list{len(flat)}@"
+                flat[token] = json.dumps(list(value))
+                return token
+            return [folded(v) for v in value]
+        return value
+    text = json.dumps(folded(data), indent=1, sort_keys=True)
+    return re.sub(r'"(@list\d+@)"', lambda m: flat[m.group(1)], text)
 
 
 def _need(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
