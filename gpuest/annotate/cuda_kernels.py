@@ -24,6 +24,9 @@ BATCH_NORM_CPU = {
     "aten.batch_norm_backward.default": "backward",
     "aten.cudnn_batch_norm_backward.default": "backward",
 }
+# Batch norm with running statistics (eval) is one per-channel affine pass (cuDNN's inference kernel or
+# PyTorch's); it is named by the ATen op that means exactly that, so it is priced apart from training.
+BATCH_NORM_EVAL = "aten._native_batch_norm_legit_no_training.default"
 BATCH_NORM_CUDA = {
     ("cudnn", "forward"): "aten.cudnn_batch_norm.default",
     ("cudnn", "backward"): "aten.cudnn_batch_norm_backward.default",

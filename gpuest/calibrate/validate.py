@@ -709,8 +709,8 @@ def run_validation(configs: list[ValidationConfig], out_path: str | Path, *, res
 
 # ================================================================== CLI
 
-def _split(text: str | None) -> list[str]:
-    return [t.strip() for t in (text or "").split(",") if t.strip()]
+def _split(text: str | None, sep: str = ",") -> list[str]:
+    return [t.strip() for t in (text or "").split(sep) if t.strip()]
 
 
 def build_configs(args: argparse.Namespace) -> tuple[list[ValidationConfig], str]:
@@ -738,7 +738,7 @@ def build_configs(args: argparse.Namespace) -> tuple[list[ValidationConfig], str
                 raise SystemExit(f"set {name!r} has no {field} {', '.join(map(repr, unknown))}; "
                                  f"it has: {', '.join(known)}")
             configs = [c for c in configs if str(getattr(c, field)) in wanted]
-    keys = [k.strip() for k in (args.keys or "").split(";") if k.strip()]
+    keys = _split(args.keys, ";")
     if keys:
         known_keys = {c.key for c in configs}
         unknown_keys = [k for k in keys if k not in known_keys]

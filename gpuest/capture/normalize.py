@@ -7,12 +7,12 @@ from typing import Any
 import torch
 
 from ..annotate.formulas.norm import batch_norm_training
-from ..annotate.cuda_kernels import BATCH_NORM_CPU, BATCH_NORM_CUDA, CUDA_EQUIVALENT, SDPA_CPU, SDPA_CUDA
+from ..annotate.cuda_kernels import (
+    BATCH_NORM_CPU, BATCH_NORM_CUDA, BATCH_NORM_EVAL, CUDA_EQUIVALENT, SDPA_CPU, SDPA_CUDA,
+)
 from ..annotate.registry import schema_arg, tensors
 
-# Batch norm with running statistics (eval) runs cuDNN's inference kernel, a per-channel affine pass;
-# it is named by the ATen op that means exactly that, so it is priced apart from training batch norm.
-BATCH_NORM_EVAL = "aten._native_batch_norm_legit_no_training.default"
+# Batch-norm ops whose `training` argument decides between the eval kernel (BATCH_NORM_EVAL) and training's.
 BATCH_NORM_WITH_FLAG = {"aten.native_batch_norm.default", "aten._native_batch_norm_legit.default",
                         "aten.cudnn_batch_norm.default"}
 

@@ -11,6 +11,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from ..annotate.cuda_kernels import BATCH_NORM_CUDA, BATCH_NORM_EVAL, packet_name
 from ..jsonl import read_jsonl
 
 PREDICTORS = ("calibrated", "fresh", "cross_gpu", "roofline", "prior")
@@ -316,8 +317,9 @@ def evaluate_aims(metrics: dict[str, Any]) -> list[dict[str, Any]]:
 # ================================================================== per-op alignment
 
 # The profiler records a training or eval batch norm's forward as the composite aten::batch_norm (its kernel
-# below it); the graph names the kernel (gpuest.capture.normalize).
-BATCH_NORM_FORWARD = frozenset({"cudnn_batch_norm", "native_batch_norm", "_native_batch_norm_legit_no_training"})
+# below it); the graph names the kernel (gpuest.annotate.cuda_kernels).
+BATCH_NORM_FORWARD = frozenset(packet_name(op) for op in (
+    BATCH_NORM_EVAL, *(op for (_, direction), op in BATCH_NORM_CUDA.items() if direction == "forward")))
 
 
 def _norm_pred(op: str) -> str:

@@ -61,10 +61,10 @@ def causal_kept_fraction(s_q: int, s_k: int, kind: int) -> float:
 
 
 def _attention(call: OpCall, packet: Any, backward: bool) -> Cost:
-    q, k = call.arg("query"), call.arg("key")
-    *lead, s_q, d = shape_of(q)
-    s_k = shape_of(k)[-2]
-    flops = (sdpa_flops(shape_of(q), shape_of(k), shape_of(call.arg("value")), backward)
+    q, k = shape_of(call.arg("query")), shape_of(call.arg("key"))
+    *lead, s_q, d = q
+    s_k = k[-2]
+    flops = (sdpa_flops(q, k, shape_of(call.arg("value")), backward)
              if packet.__name__ in SDPA_PACKETS else torch_flops(call, packet))
     # Flash-style kernels keep the S x S scores on chip: traffic is the operands, not S^2. Under a causal
     # mask they skip the tiles wholly above the diagonal and compute the diagonal ones in full; torch's
