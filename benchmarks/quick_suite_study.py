@@ -73,12 +73,13 @@ def retraced_raw(path: str, cache: Path) -> RawData:
     return RawData(raw.meta, rows)
 
 
-def subset_profile(raw: RawData, names: set[str], host_paths: list[str]) -> Profile:
-    """The profile `gpuest fit` makes of the rows of `raw` named in `names`, host costs from `host_paths`."""
+def subset_profile(raw: RawData, names: set[str], host_paths: list[str], shape_prior: str = "auto") -> Profile:
+    """The profile `gpuest fit --shape-prior <shape_prior>` makes of the rows of `raw` named in `names`, host
+    costs from `host_paths`."""
     subset = RawData(raw.meta, [r for r in raw.rows if r.get("name") in names])
     validation = load_validation(*host_paths) if host_paths else None
     return fit_profile(subset, validation=validation, retrace=False, command="benchmarks/quick_suite_study.py",
-                       shape_prior=resolve_shape_prior("auto", subset))
+                       shape_prior=resolve_shape_prior(shape_prior, subset))
 
 
 def gpu_bound_configs(paths: list[str], gpu: str, split: str) -> list[dict[str, Any]]:
@@ -121,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--validation", nargs="+", default=list(DEFAULT_VALIDATION), help="validation JSONL files")
     p.add_argument("--split", choices=("nontest", "test"), default="nontest")
     p.add_argument("--profile", nargs="*", default=[], help="also price with these profile files")
+    p.add_argument("--shape-prior", default="auto", metavar="GPU|auto|none",
+                   help="as gpuest fit's (none: fit the simulated run alone)")
     p.add_argument("--save", type=Path, default=None, help="write the simulated profile here")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="pickles of retraced rows and graphs")
     args = p.parse_args(argv)
@@ -138,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         planned = f"planned {plan.est_s:.0f} s"
     have = {r.get("name") for r in raw.rows}
     print(f"simulated run: {len(names)} benchmarks ({len(names & have)} in {args.data}), {planned}")
-    sim = subset_profile(raw, names & have, args.host)
+    sim = subset_profile(raw, names & have, args.host, args.shape_prior)
     if args.save:
         sim.save(args.save)
     rows = gpu_bound_configs(args.validation, gpu, args.split)

@@ -276,7 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="use the nodes stored at measurement time instead of re-tracing the benchmarks")
     p.add_argument("--shape-prior", default="auto", metavar="GPU|auto|none",
                    help="shipped profile whose fits a partial calibration corrects in level (default auto: the "
-                        "nearest other calibrated GPU when the rows measured under half the suite)")
+                        "nearest other calibrated GPU when the rows measured less than the whole suite: "
+                        "gpuest.calibrate.fit.PARTIAL_SUITE_SHARE)")
     p = add("import-kernels", cmd_import_kernels, "import public per-kernel timings of one GPU (NeuSight's "
             "<op>.csv.gz folder) as calibration rows", model=False)
     p.add_argument("src", help="one GPU's folder of <op>.csv.gz files")

@@ -60,9 +60,11 @@ MIN_RESIDUAL_SHARE = 0.05
 HOST_BOUND_MARGIN = 1.5        # measured / host dispatch cost below which a timing is host-limited
 HOST_PACED_MARGIN = 1.5         # elapsed / device-busy above which a host-paced row measured the host
 MIN_HOST_LAUNCH_ROWS = 4       # rows with distinct launch counts needed to split a host cost per launch
-# A calibration that measured less of the suite than this (a default 5-minute run measures about 30 %)
-# corrects the nearest other calibrated GPU's fits (shape_prior_for); python3 benchmarks/quick_suite_study.py
-PARTIAL_SUITE_SHARE = 0.5
+# A calibration that measured less of the suite than this (a default 5-minute run measures about 30 %; a
+# complete one may miss a few failed benchmarks) corrects the nearest other calibrated GPU's fits
+# (shape_prior_for): fitted alone, half to two thirds of the suite priced worse than a third with the prior
+# (docs/QUICK_SUITE_STUDY.md, python3 benchmarks/quick_suite_study.py --budget-s 450)
+PARTIAL_SUITE_SHARE = 0.95
 MIN_SPLIT_ROWS = 4             # benchmarks with barriers needed to split their cost from the serial work
 POWER_BUSY_FRACTION = 0.8       # device-busy share of a power window's benchmark below which it is host-paced
 MIN_POOL_ROWS = 6               # training benchmarks an op (or op in one math mode) needs for a residual pool

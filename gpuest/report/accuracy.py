@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..calibrate.fit import PARTIAL_SUITE_SHARE
 from ..evaluate.accuracy import (BUSY_WITH_ANNOTATIONS_NOTE, FRESH_MARGIN_PP, GPU_BOUND_FRACTION, PREDICTORS,
                                     QUANTITIES, RATIO_BOUNDS, SPLITS, WORST_SHOWN, align_per_op,
                                     compute_metrics, cross_profiles, evaluate_aims, fresh_comparison,
@@ -104,8 +105,8 @@ def fresh_markdown(df: pd.DataFrame) -> list[str]:
              for r in rows]
     return ["## A fresh 5-minute calibration against the shipped profile", "",
             "`fresh`: the profile `gpuest fit` made of one default `gpuest calibrate` run (its micro-benchmarks and "
-            "host probes), pricing the same configs as the shipped profile. A run that measured under half the "
-            "suite corrects the level of the nearest other calibrated GPU's fits (its provenance names it, "
+            "host probes), pricing the same configs as the shipped profile. A run that measured less than "
+            f"{PARTIAL_SUITE_SHARE:.0%} of the suite corrects the level of the nearest other calibrated GPU's fits (its provenance names it, "
             "`shape_prior`; never the same GPU's shipped profile). Aim: GPU-bound device-time MAPE "
             f"within {FRESH_MARGIN_PP:g} percentage point of the shipped profile's.", "",
             "The validation set is the 21 models the shipped profile's host costs were fitted on; the "
