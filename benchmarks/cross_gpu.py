@@ -133,13 +133,13 @@ def main(argv: list[str] | None = None) -> int:
         "overhead).", "",
         *errors_table(gpus), "",
         "Not covered: 16-bit and TF32 tensor-core paths (the public data is fp32 only), backward kernels, power.", "",
-        "## Sustained clocks: the small cards throttle on long kernels", "",
+        "## Sustained clocks: long kernels run slower on some cards", "",
         "Median share of the catalogue fp32 peak reached by each GPU's large fp32 GEMMs (over "
-        f"{BIG_GEMM_FLOPS:.0e} FLOPs), by the time one call takes. The 70-75 W cards (T4, P4) reach half or "
-        "less of what they reach on short calls when a call lasts longer: their clock falls under sustained "
-        "load, which the other GPUs do not show. "
-        "Each GPU's own time-only profile absorbs it into its corrections; transferred, those corrections "
-        "carry it to GPUs that do not throttle, which is part of the matmul medians above.", "",
+        f"{BIG_GEMM_FLOPS:.0e} FLOPs), by the time one call takes. A card that holds its clock reaches the same "
+        "share at every duration; one whose clock falls under sustained load (power or temperature) reaches "
+        "less on long calls, and one capped from the first call reaches little at any duration. The other "
+        "GPUs' time-only profiles carry their own cards' behaviour into their corrections, which transfer "
+        "to a GPU that behaves otherwise: part of the matmul medians above.", "",
         *throttling_table(gpus),
     ]) + "\n"
     write_or_print(text, args.out)

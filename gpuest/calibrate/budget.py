@@ -27,14 +27,14 @@ import numpy as np
 
 from .suite import BUSY_CALLS, Benchmark, all_benchmarks
 
-# Seconds one time-only benchmark of a category costs beyond its trace (fit over the 4974 rows of the two
+# Seconds one time-only benchmark of a category costs beyond its trace (fit over the 4906 rows of the two
 # shipped GPUs, the command above). Attention loads a kernel per new shape; RNNs build cuDNN plans.
-CATEGORY_OVERHEAD_S = {"attention": 0.538, "conv": 0.207, "copy": 0.213, "elementwise": 0.230, "embedding": 0.221,
-                       "matmul": 0.193, "norm": 0.220, "optimizer": 0.195, "pool": 0.120, "reduction": 0.161,
-                       "rnn": 0.572}
+CATEGORY_OVERHEAD_S = {"attention": 0.552, "conv": 0.210, "copy": 0.219, "elementwise": 0.232, "embedding": 0.227,
+                       "matmul": 0.173, "norm": 0.223, "optimizer": 0.204, "pool": 0.126, "reduction": 0.164,
+                       "rnn": 0.581}
 DEFAULT_OVERHEAD_S = 0.25       # a category the fit has not seen
 TRACE_SCALE = 0.734             # measured trace seconds per planned Benchmark.trace_cost_s
-POWER_WINDOW_EXTRA_S = 0.074    # a power window's cost beyond its length (sync, NVML reads)
+POWER_WINDOW_EXTRA_S = 0.064    # a power window's cost beyond its length (sync, NVML reads)
 POWER_OP_CALLS = 0.0            # ... and beyond it, this many further calls of the op (the fit finds none)
 POWER_WINDOW_S = 0.6            # NVML's energy counter needs windows of at least 0.5 s
 FIXED_START_S = 20.0            # CUDA context, cuDNN/cuBLAS handles, NVML start and the idle-power read

@@ -21,7 +21,6 @@ def _attention(out: list[Benchmark]) -> None:
                     _sdpa_benchmark(out, mode, shape, causal, True)
     _attention_more(out)
     _attention_learned_bias(out)
-    _attention_few_tokens(out)
 
 
 def _sdpa_benchmark(out: list[Benchmark], mode: str, shape: tuple[int, int, int, int], causal: bool,
@@ -60,15 +59,6 @@ def _attention_more(out: list[Benchmark]) -> None:
             for backward in (False, True):
                 _sdpa_benchmark(out, "fp32", shape, False, backward)
             _sdpa_benchmark(out, "fp16", shape, True, False)
-
-
-def _attention_few_tokens(out: list[Benchmark]) -> None:
-    """One short sequence (batch-1 inference): bf16 and fp32 in both passes, fp16 forward."""
-    for shape in shape_table("attention", "few_tokens"):
-        for mode in ("bf16", "fp32"):
-            for backward in (False, True):
-                _sdpa_benchmark(out, mode, shape, False, backward)
-        _sdpa_benchmark(out, "fp16", shape, False, False)
 
 
 def _attention_learned_bias(out: list[Benchmark]) -> None:
