@@ -14,6 +14,7 @@ import argparse
 import sys
 from collections import Counter
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXTERNAL = ROOT / "data" / "calibration" / "external"
 
 
+@lru_cache(maxsize=None)   # both tables read every GPU's rows
 def device_rows(gpu: str) -> tuple[list[dict], NodeTable, np.ndarray, np.ndarray]:
     """The device-kind rows of a GPU's imported data, one node table of all their nodes, the row index of each
     node and each row's measured device time (s)."""

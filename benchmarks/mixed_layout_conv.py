@@ -6,9 +6,15 @@ and device time from the profiler, and the output's memory format.
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpuest.calibrate.kernel_profile import profile_kernels  # noqa: E402
 
 CASES = [  # (activation shape, weight shape)
     ((128, 64, 56, 56), (256, 64, 1, 1)),
@@ -28,22 +34,12 @@ def main() -> None:
             x = x.contiguous(memory_format=cl) if x_last else x
             w = w.contiguous(memory_format=cl) if w_last else w
             pad = ws[-1] // 2
-            for _ in range(3):
-                y = F.conv2d(x, w, padding=pad)
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(5):
-                    y = F.conv2d(x, w, padding=pad)
-                torch.cuda.synchronize()
-            kernels = {}
-            for e in prof.events():
-                if e.device_type == torch.autograd.DeviceType.CUDA:
-                    kernels[e.name[:90]] = kernels.get(e.name[:90], 0.0) + e.device_time / 5
-            total = sum(kernels.values())
-            print(f"x {xs} w {ws} {label}: {total:8.1f} us/call, output channels_last="
-                  f"{y.is_contiguous(memory_format=cl) and not y.is_contiguous()}")
-            for name, us in sorted(kernels.items(), key=lambda kv: -kv[1]):
-                print(f"    {us:8.1f} us  {name}")
+            kernels, _ = profile_kernels(lambda: F.conv2d(x, w, padding=pad), iters=5)
+            y = F.conv2d(x, w, padding=pad)
+            print(f"x {xs} w {ws} {label}: {sum(k['us_per_iter'] for k in kernels):8.1f} us/call, output "
+                  f"channels_last={y.is_contiguous(memory_format=cl) and not y.is_contiguous()}")
+            for k in kernels:
+                print(f"    {k['us_per_iter']:8.1f} us  {k['name'][:90]}")
 
 
 if __name__ == "__main__":

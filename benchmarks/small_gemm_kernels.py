@@ -6,37 +6,30 @@ its device time from the profiler, averaged over calls.
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpuest.calibrate.kernel_profile import profile_kernels  # noqa: E402
 
 TOKENS = (1, 50, 128, 197, 512)
 LINEARS = ((768, 2304), (768, 768), (768, 3072), (3072, 768))     # (in, out) of ViT-B / BERT-base
 ATTENTION = ((12, 50, 64), (12, 128, 64), (12, 197, 64))          # (heads, tokens, head dim), batch 1
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 CALLS = 20
+NAME_CHARS = 100    # kernel names printed up to this length
 
 
-def kernels_of(fn) -> dict[str, float]:
-    """Device microseconds per call of each kernel `fn()` launches."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(CALLS):
-            fn()
-        torch.cuda.synchronize()
-    out: dict[str, float] = {}
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            out[e.name[:100]] = out.get(e.name[:100], 0.0) + e.device_time / CALLS
-    return out
-
-
-def show(label: str, kernels: dict[str, float]) -> None:
-    print(f"{label}: {sum(kernels.values()):8.2f} us/call, {len(kernels)} kernel(s)")
-    for name, us in sorted(kernels.items(), key=lambda kv: -kv[1]):
-        print(f"    {us:8.2f} us  {name}")
+def show(label: str, fn) -> None:
+    """Print `fn()`'s kernels (profiled over CALLS calls) and their device time per call."""
+    kernels, _ = profile_kernels(fn, iters=CALLS)
+    print(f"{label}: {sum(k['us_per_iter'] for k in kernels):8.2f} us/call, {len(kernels)} kernel(s)")
+    for k in kernels:
+        print(f"    {k['us_per_iter']:8.2f} us  {k['name'][:NAME_CHARS]}")
 
 
 def main() -> None:
@@ -49,12 +42,11 @@ def main() -> None:
                 w = torch.randn(n, k, device="cuda", dtype=dtype)
                 b = torch.randn(n, device="cuda", dtype=dtype)
                 with torch.no_grad():
-                    show(f"linear {dname} tokens {t} in {k} out {n}", kernels_of(lambda: F.linear(x, w, b)))
+                    show(f"linear {dname} tokens {t} in {k} out {n}", lambda: F.linear(x, w, b))
         for h, s, d in ATTENTION:
             q, k_, v = (torch.randn(1, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
             with torch.no_grad():
-                show(f"sdpa {dname} heads {h} tokens {s} dim {d}",
-                     kernels_of(lambda: F.scaled_dot_product_attention(q, k_, v)))
+                show(f"sdpa {dname} heads {h} tokens {s} dim {d}", lambda: F.scaled_dot_product_attention(q, k_, v))
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def profile_step(model: str, *, batch: int, precision: str, mode: str = "trainin
     cfg = ValidationConfig(model, loaded.family, batch, mode, precision,
                            seq=seq, image_size=image_size)
     step, _ = make_step(loaded, cfg, device)
-    kernels, ops = _profile(step, by_op)
+    kernels, ops = profile_kernels(step, by_op)
     return {"schema": "gpuest.kernel-profile/1", "model": model, "batch": batch, "mode": mode,
             "precision": precision, "seq": seq, "image_size": image_size, "gpu": torch.cuda.get_device_name(),
             "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
@@ -49,22 +49,23 @@ def profile_step(model: str, *, batch: int, precision: str, mode: str = "trainin
             **({"ops": ops} if by_op else {})}
 
 
-def _profile(step: Callable[[], Any], by_op: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(kernels, ops) of `step` per call: each kernel's device time (us) and launches, and with by_op the
-    device time per ATen op and input shapes, averaged over PROFILE_ITERS calls after WARMUP_ITERS."""
+def profile_kernels(step: Callable[[], Any], by_op: bool = False, iters: int = PROFILE_ITERS,
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(kernels, ops) of `step` per call: each kernel's device time (us) and launches, slowest first, and with
+    by_op the device time per ATen op and input shapes, averaged over `iters` calls after WARMUP_ITERS."""
     for _ in range(WARMUP_ITERS):
         step()
     torch.cuda.synchronize()
     activities = [torch.profiler.ProfilerActivity.CUDA] + ([torch.profiler.ProfilerActivity.CPU] if by_op else [])
     with torch.profiler.profile(activities=activities, record_shapes=by_op) as prof:
-        for _ in range(PROFILE_ITERS):
+        for _ in range(iters):
             step()
         torch.cuda.synchronize()
     per_kernel: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
     for event in prof.events():
         if is_device_work(event):
-            per_kernel[event.name][0] += event.device_time / PROFILE_ITERS
-            per_kernel[event.name][1] += 1 / PROFILE_ITERS
+            per_kernel[event.name][0] += event.device_time / iters
+            per_kernel[event.name][1] += 1 / iters
     kernels = [{"name": name, "us_per_iter": round(us, 3), "calls_per_iter": calls}
                for name, (us, calls) in sorted(per_kernel.items(), key=lambda kv: -kv[1][0])]
     ops = []
@@ -74,8 +75,8 @@ def _profile(step: Callable[[], Any], by_op: bool) -> tuple[list[dict[str, Any]]
         for avg in prof.key_averages(group_by_input_shape=True):
             if avg.self_device_time_total > 0 and avg.key.startswith("aten::"):
                 ops.append({"op": avg.key, "shapes": str(avg.input_shapes),
-                            "us_per_iter": round(avg.self_device_time_total / PROFILE_ITERS, 3),
-                            "calls_per_iter": avg.count / PROFILE_ITERS})
+                            "us_per_iter": round(avg.self_device_time_total / iters, 3),
+                            "calls_per_iter": avg.count / iters})
         ops.sort(key=lambda o: -o["us_per_iter"])
     return kernels, ops
 
@@ -100,7 +101,7 @@ def profile_benchmark(name: str, *, by_op: bool = False) -> dict[str, Any]:
     with tf32_flags(b.matmul_tf32, b.cudnn_tf32):
         built = b.build(torch.device("cuda"), 0)
         inputs = built.make_set(0)
-        kernels, ops = _profile(lambda: built.fn(*inputs), by_op)
+        kernels, ops = profile_kernels(lambda: built.fn(*inputs), by_op)
     return {"schema": "gpuest.kernel-profile/1", "benchmark": name, "category": b.category, "params": b.params,
             "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
