@@ -363,3 +363,18 @@ def test_gpuest_calibrate_takes_every_runner_option_and_records_its_command(tmp_
     meta = json.loads(out.with_name(out.name + ".meta.json").read_text())
     assert meta["sessions"][-1]["command"] == "gpuest calibrate " + " ".join(words[1:])
     assert f"fit it with: gpuest fit {out}" in capsys.readouterr().out
+
+
+def test_sampling_stops_once_the_median_is_known() -> None:
+    """A tight spread pins the median after MIN_STOP_SAMPLES; a wide one keeps sampling; None never stops early."""
+    import random
+
+    from gpuest.calibrate import timing
+    tight = [1.0 + 0.001 * random.Random(i).random() for i in range(timing.MIN_STOP_SAMPLES)]
+    wide = [1.0 + random.Random(i).random() for i in range(timing.MIN_STOP_SAMPLES)]
+    assert timing._median_known(tight, timing.MEDIAN_REL_PRECISION)
+    assert not timing._median_known(tight[:-1], timing.MEDIAN_REL_PRECISION)   # too few samples to judge
+    assert not timing._median_known(wide, timing.MEDIAN_REL_PRECISION)
+    assert not timing._median_known(tight, None)
+    r = timing.time_op(lambda: None, [()], repeats=10, target_total_ms=1e9, max_repeats=60, rel_precision=None)
+    assert r.n == 60

@@ -9,9 +9,10 @@ of the order therefore covers every stratum, and a longer budget only adds shape
 The wall time a benchmark costs (build, trace, warm-up, timing, an optional NVML power window) is a
 model fitted by non-negative least squares on the elapsed time of every committed calibration row:
 
-    python3 -m gpuest.calibrate.budget data/calibration/H100-SXM.jsonl data/calibration/H200.jsonl
+    python3 -m gpuest.calibrate.budget data/calibration/fresh/H100-SXM-budget420.jsonl
 
-prints the constants below.
+prints the constants below: the rows of a run that timed each op until its median was known
+(timing.MEDIAN_REL_PRECISION), about half the timing cost per benchmark of the rows before it.
 """
 from __future__ import annotations
 
@@ -27,20 +28,21 @@ import numpy as np
 
 from .suite import BUSY_CALLS, Benchmark, all_benchmarks
 
-# Seconds one time-only benchmark of a category costs beyond its trace (fit over the 4906 rows of the two
-# shipped GPUs, the command above). Attention loads a kernel per new shape; RNNs build cuDNN plans.
-CATEGORY_OVERHEAD_S = {"attention": 0.552, "conv": 0.210, "copy": 0.219, "elementwise": 0.232, "embedding": 0.227,
-                       "matmul": 0.173, "norm": 0.223, "optimizer": 0.204, "pool": 0.126, "reduction": 0.164,
-                       "rnn": 0.581}
+# Seconds one time-only benchmark of a category costs beyond its trace (fit over the 1156 rows of the file
+# above). Attention loads a kernel per new shape; RNNs build cuDNN plans.
+CATEGORY_OVERHEAD_S = {"attention": 0.663, "conv": 0.132, "copy": 0.049, "elementwise": 0.055, "embedding": 0.052,
+                       "matmul": 0.030, "norm": 0.103, "optimizer": 2.963, "pool": 0.062, "reduction": 0.047,
+                       "rnn": 0.308}
 DEFAULT_OVERHEAD_S = 0.25       # a category the fit has not seen
-TRACE_SCALE = 0.734             # measured trace seconds per planned Benchmark.trace_cost_s
-POWER_WINDOW_EXTRA_S = 0.064    # a power window's cost beyond its length (sync, NVML reads)
-POWER_OP_CALLS = 0.0            # ... and beyond it, this many further calls of the op (the fit finds none)
+TRACE_SCALE = 0.599             # measured trace seconds per planned Benchmark.trace_cost_s
+POWER_WINDOW_EXTRA_S = 0.000    # a power window's cost beyond its length (sync, NVML reads)
+POWER_OP_CALLS = 485.1          # ... and beyond it, this many further calls of the op (fitted on the slow RNN,
+#                                 optimizer and attention rows; without them the fit finds none)
 POWER_WINDOW_S = 0.6            # NVML's energy counter needs windows of at least 0.5 s
 FIXED_START_S = 20.0            # CUDA context, cuDNN/cuBLAS handles, NVML start and the idle-power read
 DRY_RUN_START_S = 1.0
 SUITE_BUDGET_S = {"quick": 300.0}   # named suites: the benchmarks a run of this budget plans on an H100
-QUICK_PLAN_SHARE = 0.8          # a named suite is planned to this share of its budget: margin for the host
+QUICK_PLAN_SHARE = 0.75         # a named suite is planned to this share of its budget: margin for the host
 # Residual spread (log time) of each category's fit in the H100 profile, which weights its strata; a
 # constant, so that refitting a profile does not change what the named suites measure
 # (python3 -m gpuest.calibrate.budget --sigmas prints the shipped profile's).

@@ -21,6 +21,11 @@ HOST_US_PER_CALL_BOUND = 40.0  # generous bound on one call's host dispatch time
 # at a fraction of its wall time.
 SPIN_HOST_MARGIN = 4.0
 SPIN_FLOOR_S = 5e-5
+# Sampling stops once the median is known to this relative half-width (95 %, from the samples' spread):
+# each queued sample costs its spin (~0.3-1 ms on the H100), so a fixed 100 samples of a 10 us op spent
+# ~0.1 s where 20 pin its median to well under 1 % (python3 benchmarks/sample_count_ab.py --summary ...).
+MEDIAN_REL_PRECISION = 0.005
+MIN_STOP_SAMPLES = 20   # the spread estimate needs this many samples before it may stop the sampling
 
 
 @dataclass(frozen=True)
@@ -88,14 +93,16 @@ def _as_sets(make_inputs: Callable[[int], Sequence[Any]] | Sequence[Sequence[Any
 
 def time_op(fn: Callable[..., Any], make_inputs: Callable[[int], Sequence[Any]] | Sequence[Sequence[Any]], *,
             warmup: int = 3, repeats: int = 20, rotate: int = 1, device: torch.device | str | None = None,
-            target_total_ms: float = 30.0, max_repeats: int = 100) -> TimingResult:
+            target_total_ms: float = 30.0, max_repeats: int = 100,
+            rel_precision: float | None = MEDIAN_REL_PRECISION) -> TimingResult:
     """Time `fn(*inputs)`, cycling through `rotate` input sets (given as a list, or made by
     `make_inputs(i)`), so that small working sets are not served from L2.
 
     CUDA: one pair of events brackets `inner` back-to-back calls per sample (inner > 1 only for
     ops shorter than MIN_SAMPLE_MS). CPU (dry runs): time.perf_counter.
-    `repeats` is a minimum; more samples are taken, up to `max_repeats`, while the samples together
-    stay under `target_total_ms`.
+    `repeats` is a minimum; more samples are taken, in rounds of `repeats`, up to `max_repeats` while the
+    samples together stay under `target_total_ms`, and only until the median's 95 % half-width (relative)
+    is below `rel_precision` (None: always the maximum).
     """
     sets = _as_sets(make_inputs, rotate)
     dev = torch.device(device) if device is not None else _device_of(sets)
@@ -132,21 +139,26 @@ def time_op(fn: Callable[..., Any], make_inputs: Callable[[int], Sequence[Any]] 
         # slower than the spin ahead of them are discarded.
         # Sized by the enqueue time just measured (a spin much longer than the enqueue only costs wall time).
         spin_s = inner * min(SPIN_HOST_MARGIN * enqueue_s, HOST_US_PER_CALL_BOUND * 1e-6) + SPIN_FLOOR_S
-        valid = []
-        for j, (start, end) in enumerate(events):
-            if queued:
-                _keep_gpu_busy(spin_s, dev)
-            t0 = time.perf_counter()
-            start.record()
-            run(inner, j * inner)
-            end.record()
-            host_s = time.perf_counter() - t0
-            valid.append(not queued or host_s < spin_s)
-            if queued and 2 * host_s > spin_s:
-                spin_s = 2 * host_s
-        sync()
-        all_samples = [s.elapsed_time(e) / inner for s, e in events]
-        samples = [v for v, ok in zip(all_samples, valid) if ok] or all_samples
+        valid: list[bool] = []
+        all_samples: list[float] = []
+        for first in range(0, n, max(1, repeats)):
+            batch = events[first:first + max(1, repeats)]
+            for j, (start, end) in enumerate(batch, start=first):
+                if queued:
+                    _keep_gpu_busy(spin_s, dev)
+                t0 = time.perf_counter()
+                start.record()
+                run(inner, j * inner)
+                end.record()
+                host_s = time.perf_counter() - t0
+                valid.append(not queued or host_s < spin_s)
+                if queued and 2 * host_s > spin_s:
+                    spin_s = 2 * host_s
+            sync()
+            all_samples += [s.elapsed_time(e) / inner for s, e in batch]
+            samples = [v for v, ok in zip(all_samples, valid) if ok] or all_samples
+            if _median_known(samples, rel_precision):
+                break
         discarded = valid.count(False)
         method = "events_queued" if queued else "events"
     else:
@@ -154,8 +166,20 @@ def time_op(fn: Callable[..., Any], make_inputs: Callable[[int], Sequence[Any]] 
             t0 = time.perf_counter()
             run(inner, j * inner)
             samples.append((time.perf_counter() - t0) * 1e3 / inner)
+            if (j + 1) % max(1, repeats) == 0 and _median_known(samples, rel_precision):
+                break
     return TimingResult(statistics.median(samples), _percentile(samples, 0.1), _percentile(samples, 0.9),
                         len(samples), inner, k, method, discarded)
+
+
+def _median_known(samples: list[float], rel_precision: float | None) -> bool:
+    """Whether the median of `samples` is known to `rel_precision` (relative 95 % half-width): the
+    median's standard error is sqrt(pi/2) sigma / sqrt(n), sigma estimated robustly as IQR / 1.349."""
+    if rel_precision is None or len(samples) < MIN_STOP_SAMPLES:
+        return False
+    median = statistics.median(samples)
+    sigma = (_percentile(samples, 0.75) - _percentile(samples, 0.25)) / 1.349
+    return median > 0 and 1.96 * math.sqrt(math.pi / 2) * sigma / math.sqrt(len(samples)) <= rel_precision * median
 
 
 def _device_of(sets: list) -> torch.device:
