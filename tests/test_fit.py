@@ -483,3 +483,40 @@ def test_a_partial_calibration_fits_every_row_once_its_held_out_errors_are_measu
     assert held and lent.residuals["matmul"].n == alone.residuals["matmul"].n + held
     assert lent.residuals["matmul"].holdout_median_ape is not None
     assert lent.provenance["shape_prior"].startswith("H200") and "shape_prior" not in alone.provenance
+
+
+def test_a_partial_calibration_inherits_the_priors_finer_fits_at_the_level_it_measured():
+    """A key the prior fits (an op in one math mode) that a short run measured too few of takes the prior's
+    fit, moved by the level shift the run measured for the key it would otherwise fall back to."""
+    from gpuest.calibrate.fit import RowFeatures, fit_category, fit_residuals
+    from gpuest.price.features import RESIDUAL_FEATURES
+    j = RESIDUAL_FEATURES.index("log_size")
+    wide = np.linspace(-2, 4, 40)
+    coarse = fit_category(_samples(0.5 + 0.3 * wide, _features(log_size=wide)))
+    fine = fit_category(_samples(0.9 - 0.2 * wide, _features(log_size=wide)))
+    prior = replace(prior_profile(), residuals={"matmul": coarse, "aten.mm.default": coarse,
+                                                "aten.mm.default@fp32": fine, "default": coarse})
+    size = np.linspace(0.0, 2.0, 12)
+    # the run's mm rows sit 0.2 above the prior's op fit: that is the level shift its fp32 fit inherits
+    own = [RowFeatures("matmul", "aten.mm.default", "bf16", float(0.7 + 0.3 * s), x, False, 1e-3, {})
+           for s, x in zip(size, _features(log_size=size))]
+    fits = fit_residuals(own, prior)
+    shift = fits["aten.mm.default"].coef[0] - coarse.coef[0]
+    assert shift == pytest.approx(0.2, abs=0.02)
+    inherited = fits["aten.mm.default@fp32"]
+    assert inherited.coef[0] == pytest.approx(fine.coef[0] + shift) and inherited.coef[j] == pytest.approx(-0.2, abs=1e-6)
+    assert inherited.log_hi == pytest.approx(fine.log_hi + shift)
+    assert "aten.mm.default@fp32" not in fit_residuals(own)   # without a prior, nothing to inherit
+
+
+def test_a_partial_calibration_lends_the_priors_residual_points_where_it_measured_nothing():
+    from gpuest.calibrate.fit import SAME_SHAPE_DISTANCE, lend_residual_points
+    from gpuest.profile import ResidualPoints
+    own = {"aten.mm.default": ResidualPoints((1.0, 1.0), ((0.0, 0.0), (1.0, 0.0)), (0.1, 0.2))}
+    lent = {"aten.mm.default": ResidualPoints((1.0, 1.0), ((0.0, 0.5 * SAME_SHAPE_DISTANCE), (5.0, 5.0)), (0.9, -0.3)),
+            "aten.bmm.default": ResidualPoints((1.0,) * 2, ((2.0, 2.0),), (0.4,))}
+    out = lend_residual_points(own, lent)
+    assert out["aten.bmm.default"] == lent["aten.bmm.default"]
+    # the prior's copy of a measured shape is dropped, the far one kept
+    assert out["aten.mm.default"].residual == (0.1, 0.2, -0.3)
+    assert out["aten.mm.default"].x[-1] == (5.0, 5.0)

@@ -35,7 +35,8 @@ from gpuest.price.node_table import NodeTable
 from gpuest.price.power import dram_bytes, voltage_ratio
 from gpuest.price.profile_choice import roofline_profile
 from gpuest.price.features import RESIDUAL_FEATURES
-from gpuest.profile import (MODE_FIT_FAMILY, PREDICTS_ALL, PROFILE_SCHEMA, PowerFit, Profile, ResidualFit,
+from gpuest.annotate.registry import CATEGORIES
+from gpuest.profile import (MODE_FIT_FAMILY, MODE_KEY_SEP, PREDICTS_ALL, PROFILE_SCHEMA, PowerFit, Profile, ResidualFit,
                             ResidualPoints, mode_key, prior_profile, profile_from_json)
 from gpuest.evaluate.accuracy import busy_spans_annotations, latest_per_config, trace_config, trace_key
 
@@ -71,6 +72,7 @@ MIN_POOL_ROWS = 6               # training benchmarks an op (or op in one math m
 MIN_POINT_SCALE = 0.5           # smallest distance unit of a feature in a pool (feature units)
 POINT_CLIP_SIGMAS = 3.0         # residuals beyond this many of the fit's robust sigmas are clipped,
 POINT_CLIP_MIN = math.log(2.0)  # ... or beyond this (log time), whichever is wider
+SAME_SHAPE_DISTANCE = 0.25      # closer than this (pool scales), a lent residual point is a benchmark this run measured
 POINT_DECIMALS = 5              # residual points are stored (and used) rounded to this many decimals
 MEMORY_LIKE = ("elementwise", "reduction", "copy", "norm", "pool", "embedding", "optimizer", "other")
 
@@ -445,7 +447,39 @@ def fit_residuals(samples: list[RowFeatures], shape_prior: Profile | None = None
     if not default_rows:
         raise ProfileError("the calibration data has no usable timing rows")
     fits["default"] = fit_category(default_rows, lent.get("default"), level_only)
+    if level_only:
+        fits.update(inherited_fits(fits, lent, {s.op: s.category for s in train}))
     return fits
+
+
+def inherited_fits(fits: dict[str, ResidualFit], lent: dict[str, ResidualFit],
+                   category_of: dict[str, str]) -> dict[str, ResidualFit]:
+    """The shape prior's fits of keys a partial run measured too few benchmarks of, each moved by the level
+    shift the run measured for the key it would otherwise fall back to (an op in one math mode falls back
+    to the op, then its category in that mode, then its category: gpuest.price.device_time.fit_key). Without
+    them a node whose op the prior fits in its math mode takes a coarser fit of other modes' shapes: the
+    fp32 addmm of BERT-base priced 38 % slower than the full profile does, at the 16-bit fit's slopes. Ops
+    the run never measured keep the run's own fallback (their category is not known here)."""
+    out = {}
+    for key, fit in sorted(lent.items()):
+        base, sep, mode = key.partition(MODE_KEY_SEP)
+        if key in fits or key == "default" or base in CATEGORIES and not sep:
+            continue
+        if base in CATEGORIES:
+            fallbacks = [base]
+        elif base in category_of:
+            category = category_of[base]
+            fallbacks = ([base, mode_key(category, mode)] if sep else []) + [category]
+        else:
+            continue
+        fallback = next((k for k in fallbacks if k in fits and k in lent), None)
+        if fallback is None:
+            continue
+        shift = fits[fallback].coef[0] - lent[fallback].coef[0]
+        out[key] = replace(fit, coef=(fit.coef[0] + shift, *fit.coef[1:]),
+                           log_lo=None if fit.log_lo is None else fit.log_lo + shift,
+                           log_hi=None if fit.log_hi is None else fit.log_hi + shift)
+    return out
 
 
 def fit_residual_points(samples: list[RowFeatures], fits: dict[str, ResidualFit]) -> dict[str, ResidualPoints]:
@@ -479,6 +513,33 @@ def fit_residual_points(samples: list[RowFeatures], fits: dict[str, ResidualFit]
         out[key] = ResidualPoints(tuple(map(float, scale)), tuple(tuple(map(float, row)) for row in x),
                                   tuple(round(residual[i], POINT_DECIMALS) for i in members))
     return out
+
+
+def lend_residual_points(own: dict[str, ResidualPoints], lent: dict[str, ResidualPoints]) -> dict[str, ResidualPoints]:
+    """A partial run's residual pools with the shape prior's benchmarks added where this run measured
+    nothing near them. The prior's residuals are taken against its own fits, which a partial run moves in
+    level only, so they say what the linear fit misses at shapes this run did not measure; a prior point
+    within SAME_SHAPE_DISTANCE of one of this run's (in the pool's scales) is the same benchmark measured
+    on the other GPU, and this GPU's own measurement of it wins."""
+    out = dict(own)
+    for key, prior in lent.items():
+        if len(prior.residual) == 0:
+            continue
+        if key not in own:
+            out[key] = prior
+            continue
+        mine = own[key]
+        x_own, x_lent = np.asarray(mine.x), np.asarray(prior.x)
+        scale = np.asarray(mine.scale)
+        if x_own.shape[1] != x_lent.shape[1]:
+            continue   # a prior of another feature set
+        d = np.sqrt((((x_lent[:, None, :] - x_own[None, :, :]) / scale) ** 2).sum(axis=2)).min(axis=1)
+        keep = d >= SAME_SHAPE_DISTANCE
+        x = np.round(np.vstack([x_own, x_lent[keep]]), POINT_DECIMALS)
+        new_scale = np.round(np.maximum(x.std(axis=0), MIN_POINT_SCALE), POINT_DECIMALS)
+        out[key] = ResidualPoints(tuple(map(float, new_scale)), tuple(tuple(map(float, r)) for r in x),
+                                  tuple(mine.residual) + tuple(np.asarray(prior.residual)[keep].tolist()))
+    return dict(sorted(out.items()))
 
 
 def busy_through_window(row: dict[str, Any]) -> bool:
@@ -777,7 +838,7 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
         with_holdout = {k: replace(fit, holdout_median_ape=with_holdout[k].holdout_median_ape,
                                    holdout_p90_ape=with_holdout[k].holdout_p90_ape) if k in with_holdout else fit
                         for k, fit in refit.items()}
-        points = fit_residual_points(every, refit)
+        points = lend_residual_points(fit_residual_points(every, refit), dict(shape_prior.residual_points))
         prov["final_fit"] = "every row, after the held-out errors of the split"
     profile = Profile(**{**profile.__dict__, "residuals": with_holdout, "residual_points": points,
                          "provenance": prov})

@@ -23,7 +23,8 @@ SPIN_HOST_MARGIN = 4.0
 SPIN_FLOOR_S = 5e-5
 # Sampling stops once the median is known to this relative half-width (95 %, from the samples' spread):
 # each queued sample costs its spin (~0.3-1 ms on the H100), so a fixed 100 samples of a 10 us op spent
-# ~0.1 s where 20 pin its median to well under 1 % (python3 benchmarks/sample_count_ab.py --summary ...).
+# ~0.1 s where ~30 give the same median (python3 benchmarks/sample_count_ab.py --summary
+# data/calibration/experiments/sample_ab.H100-SXM.jsonl).
 MEDIAN_REL_PRECISION = 0.005
 MIN_STOP_SAMPLES = 20   # the spread estimate needs this many samples before it may stop the sampling
 
