@@ -281,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("import-kernels", cmd_import_kernels, "import public per-kernel timings of one GPU (NeuSight's "
             "<op>.csv.gz folder) as calibration rows", model=False)
     p.add_argument("src", help="one GPU's folder of <op>.csv.gz files")
-    p.add_argument("-o", "--out", required=True, help="e.g. data/calibration/external/T4.jsonl")
+    p.add_argument("-o", "--out", required=True, help="e.g. data/calibration/external/T4.jsonl.gz (gzipped by its name)")
     p.add_argument("--per-op", type=int, default=None, help="rows kept per op file (default: per-op quotas)")
     p.add_argument("--seed", type=int, default=None, help="seed of the deterministic sub-sample")
     p = add("validate", cmd_validate, "measure real runs on this GPU (see --help of gpuest.calibrate.validate)",

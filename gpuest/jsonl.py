@@ -7,6 +7,7 @@ that is not a JSON object is corruption and raises an error naming the file and 
 
 from __future__ import annotations
 
+import gzip
 import json
 import warnings
 from pathlib import Path
@@ -15,12 +16,33 @@ from typing import Any
 from .errors import MeasuredDataError
 
 
+def read_text(path: str | Path) -> str:
+    """The text of `path`, gunzipped when its name ends in .gz (closed data files are stored compressed)."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            return fh.read()
+    return path.read_text()
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write `text` to `path`, gzipped when its name ends in .gz (no name or time in the header, so the
+    same rows give the same bytes)."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as fh:
+            fh.write(text.encode("utf-8"))
+    else:
+        path.write_text(text)
+
+
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The JSON objects of `path`, one per line, in order (see the module docstring for bad lines)."""
+    """The JSON objects of `path` (gzipped if it ends in .gz), one per line, in order (see the module
+    docstring for bad lines)."""
     path = Path(path)
     try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
+        lines = read_text(path).splitlines()
+    except (OSError, EOFError) as exc:
         raise MeasuredDataError(f"cannot read {path}: {exc}") from exc
     last = max((n for n, line in enumerate(lines, 1) if line.strip()), default=0)
     rows: list[dict[str, Any]] = []

@@ -106,7 +106,7 @@ def test_external_profiles_ship_time_only_with_provenance(gpu):
     assert prof.kind == "measured" and prof.predicts == ("time",) and prof.power is None
     assert all(prof.provenance.get(k) not in (None, "", []) for k in REQUIRED_PROVENANCE)
     assert prof.provenance["driver_version"] == DRIVER_UNKNOWN
-    assert prof.provenance["fitted_by"].startswith(f"gpuest fit data/calibration/external/{gpu}.jsonl")
+    assert prof.provenance["fitted_by"].startswith(f"gpuest fit data/calibration/external/{gpu}.jsonl.gz")
     # fp32 GEMMs and elementwise ops are what the public data measured: both have their own fits.
     assert {"matmul", "elementwise"} <= set(prof.residuals)
 
@@ -128,3 +128,16 @@ def test_refit_reproduces_the_t4_profile():
     refit = fit_profile(load_raw(ROOT / words[2]), command=committed["provenance"]["fitted_by"])
     from tests.test_profiles import _close
     _close(json.loads(json.dumps(refit.to_json())), committed)
+
+
+def test_gzipped_data_files_read_as_their_text_and_write_the_same_bytes(tmp_path):
+    from gpuest.jsonl import read_jsonl, write_text
+    text = '{"a": 1}\n{"b": [2, 3]}\n'
+    write_text(tmp_path / "x.jsonl.gz", text)
+    first = (tmp_path / "x.jsonl.gz").read_bytes()
+    write_text(tmp_path / "x.jsonl.gz", text)
+    assert (tmp_path / "x.jsonl.gz").read_bytes() == first and first[:2] == b"\x1f\x8b"
+    assert read_jsonl(tmp_path / "x.jsonl.gz") == [{"a": 1}, {"b": [2, 3]}]
+    (tmp_path / "bad.jsonl.gz").write_bytes(first[:10])   # a truncated archive names its file
+    with pytest.raises(MeasuredDataError, match="bad.jsonl.gz"):
+        read_jsonl(tmp_path / "bad.jsonl.gz")

@@ -1,6 +1,6 @@
 """Import public per-kernel timings (the NeuSight dataset) as calibration rows of this suite.
 
-    python3 -m gpuest.calibrate.import_kernels DIR -o data/calibration/external/<GPU>.jsonl [--per-op N] [--seed S]
+    python3 -m gpuest.calibrate.import_kernels DIR -o data/calibration/external/<GPU>.jsonl.gz [--per-op N] [--seed S]
 
 DIR is one GPU's folder of `<op>.csv.gz` files (../shared/external/neusight-kernels/<device>/; its README gives
 how they were measured). Each kernel's op is rebuilt on meta tensors and traced with the runner's own machinery
@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from gpuest.catalog import get_gpu
 from gpuest.errors import MeasuredDataError
+from gpuest.jsonl import write_text
 from gpuest.profile import prior_profile
 
 from .runner import META_SCHEMA, ROW_SCHEMA, built_nodes, tf32_flags
@@ -272,7 +273,7 @@ def import_kernels(src: str | Path, out: str | Path, *, per_op: dict[str, int] |
     picked = sample(by_op, {**DEFAULT_PER_OP, **(per_op or {})}, seed)
     rows = [calibration_row(r, floor, latency_ms, seed) for r in picked]
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+    write_text(out, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
     meta = {
         "schema": META_SCHEMA, "gpu_name": device, "catalog_gpu": gpu.name, "driver_version": DRIVER_UNKNOWN,
         "torch_version": "2.1.0", "torch_cuda_version": "12.1", "cudnn_version": 8902,
@@ -291,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuest import-kernels",
                                      description="Import public per-kernel timings of one GPU as calibration rows.")
     parser.add_argument("src", help="one GPU's folder of <op>.csv.gz files (neusight-kernels/<device>/)")
-    parser.add_argument("-o", "--out", required=True, help="calibration JSONL to write (meta beside it)")
+    parser.add_argument("-o", "--out", required=True, help="calibration JSONL to write, gzipped if it ends in .gz (meta beside it)")
     parser.add_argument("--per-op", type=int, default=None,
                         help="rows kept per op file (default: bmm 600, linear/conv 500, ln/softmax 150, others 50)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the deterministic sub-sample")
