@@ -107,7 +107,10 @@ def fresh_markdown(df: pd.DataFrame) -> list[str]:
             "`fresh`: the profile `gpuest fit` made of one default `gpuest calibrate` run (its micro-benchmarks and "
             "host probes), pricing the same configs as the shipped profile. A run that measured less than "
             f"{PARTIAL_SUITE_SHARE:.0%} of the suite corrects the level of the nearest other calibrated GPU's fits (its provenance names it, "
-            "`shape_prior`; never the same GPU's shipped profile). Aim: GPU-bound device-time MAPE "
+            "`shape_prior`; never the same GPU's shipped profile), inherits the finer fits it measured too few "
+            "benchmarks of, and borrows that GPU's residual points where it measured nothing near them. The fit was "
+            "developed on the H100 run; the H200 run is its first unseen check (data/calibration/fresh/, "
+            "data/README.md). Aim: GPU-bound device-time MAPE "
             f"within {FRESH_MARGIN_PP:g} percentage point of the shipped profile's.", "",
             "The validation set is the 21 models the shipped profile's host costs were fitted on; the "
             "generalisation (issue 25), moe and recipes sets take part in neither profile's fit.", "",
