@@ -337,7 +337,9 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     # Only latency-bound nodes: a longer kernel's tail overlaps its successor's start, so its gap hides (taken
     # from every node, whole networks' busy times came out low: the accuracy report's held-out aim failed).
     gap_per_kernel = lat_per_kernel - min(lat_per_kernel, max(profile.kernel_latency_s - QUEUED_KERNEL_GAP_S, 0.0))
-    busy = np.where(active, device - np.where(latency > corrected, kernels * gap_per_kernel, 0.0), 0.0)
+    # The GPU idles while the host reads a value back and launches what depends on it: elapsed time, not busy.
+    idle = table.host_syncs * sync_s + np.where(latency > corrected, kernels * gap_per_kernel, 0.0)
+    busy = np.where(active, np.maximum(device - idle, 0.0), 0.0)
     bound = np.where(~active, "none", np.where(latency > corrected, "latency",
                                                 np.where(compute >= memory, "compute", "memory")))
     share = np.divide(corrected, device, out=np.zeros_like(device), where=device > 0)
