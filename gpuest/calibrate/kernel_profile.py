@@ -27,22 +27,26 @@ PROFILE_ITERS = 2
 
 
 def profile_step(model: str, *, batch: int, precision: str, mode: str = "training", seq: int | None = None,
-                 image_size: int | None = None, by_op: bool = False) -> dict[str, Any]:
+                 image_size: int | None = None, by_op: bool = False,
+                 memory_format: str = "contiguous") -> dict[str, Any]:
     """One record: the kernels of `PROFILE_ITERS` steps on the current CUDA device, per iteration (us);
     by_op: also the device time per ATen op and input shapes (CPU activity recorded too)."""
     from gpuest.capture.models import load_model
 
-    from .validate import make_step
+    from .validate import _precision, make_step
     from ..evaluate.validation_set import ValidationConfig
 
     device = torch.device("cuda")
-    loaded = load_model(model, batch=batch, seq=seq, image_size=image_size, device=device)
+    # weights and layout as the validation run builds them (pure bf16/fp16 weights, channels-last)
+    loaded = load_model(model, batch=batch, seq=seq, image_size=image_size, device=device,
+                        dtype=_precision(precision)[0], memory_format=memory_format)
     cfg = ValidationConfig(model, loaded.family, batch, mode, precision,
-                           seq=seq, image_size=image_size)
+                           seq=seq, image_size=image_size, memory_format=memory_format)
     step, _ = make_step(loaded, cfg, device)
     kernels, ops = profile_kernels(step, by_op)
     return {"schema": "gpuest.kernel-profile/1", "model": model, "batch": batch, "mode": mode,
-            "precision": precision, "seq": seq, "image_size": image_size, "gpu": torch.cuda.get_device_name(),
+            "precision": precision, "seq": seq, "image_size": image_size, "memory_format": memory_format,
+            "gpu": torch.cuda.get_device_name(),
             "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "kernel_sum_ms": round(sum(k["us_per_iter"] for k in kernels) / 1e3, 4), "kernels": kernels,
@@ -118,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", default="training", choices=["training", "inference"])
     p.add_argument("--seq", type=int)
     p.add_argument("--image-size", type=int)
+    p.add_argument("--memory-format", default="contiguous", choices=["contiguous", "channels_last"])
     p.add_argument("--out", type=Path, required=True, help="JSON lines file; the record is appended")
     p.add_argument("--by-op", action="store_true",
                    help="also attribute device time to ATen ops and their input shapes")
@@ -138,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         records = [profile_benchmark(name, by_op=args.by_op) for name in names]
     else:
         records = [profile_step(args.model, batch=args.batch, precision=args.precision, mode=args.mode,
-                                seq=args.seq, image_size=args.image_size, by_op=args.by_op)]
+                                seq=args.seq, image_size=args.image_size, by_op=args.by_op,
+                                memory_format=args.memory_format)]
     for record in records:
         record["command"] = command
         with args.out.open("a") as f:
