@@ -458,7 +458,7 @@ def inherited_fits(fits: dict[str, ResidualFit], lent: dict[str, ResidualFit],
     shift the run measured for the key it would otherwise fall back to (an op in one math mode falls back
     to the op, then its category in that mode, then its category: gpuest.price.device_time.fit_key). Without
     them a node whose op the prior fits in its math mode takes a coarser fit of other modes' shapes: the
-    fp32 addmm of BERT-base priced 38 % slower than the full profile does, at the 16-bit fit's slopes. Ops
+    fp32 addmm of BERT-base priced far slower than the full profile does, at the 16-bit fit's slopes. Ops
     the run never measured keep the run's own fallback (their category is not known here)."""
     out = {}
     for key, fit in sorted(lent.items()):
