@@ -182,3 +182,12 @@ def test_test_split_headline_counts_ratios_outside_the_bounds():
     assert device["n"] == 2 and device["mape_pct"] == pytest.approx((4 + 150) / 2) and device["met"] is False
     assert list(t["worst_test"]["key"])[:2] == ["b", "c"] and list(t["worst_all"]["key"])[0] == "d"
     assert "## Test split (headline)" in "\n".join(A.test_split_markdown(df))
+
+
+def test_a_convolutions_bias_add_counts_inside_it_as_the_profiler_nests_it():
+    per_node = pd.DataFrame({"op": ["aten.convolution.default", "aten.view.default", "aten.add_.Tensor",
+                                    "aten.add_.Tensor"],
+                             "module": ["conv", "conv", "conv", "block"], "time_s": [5e-6, 0.0, 2e-6, 1e-6],
+                             "staged": [False] * 4, "free": [False, True, False, False]})
+    assert E.ops_as_profiled(per_node) == [("aten.convolution.default", pytest.approx(7e-6)),
+                                           ("aten.view.default", 0.0), ("aten.add_.Tensor", pytest.approx(1e-6))]

@@ -179,17 +179,35 @@ def _predict_group(tkey: tuple, items: list[tuple[int, str, str, Any, bool]]) ->
     return out
 
 
+CONVOLUTION_OPS = frozenset({"aten.convolution.default", "aten._convolution.default"})
+BIAS_ADD_OP = "aten.add_.Tensor"
+
+
 def ops_as_profiled(per_node: pd.DataFrame) -> list[tuple[str, float]]:
     """(op, device s) per node as the profiler attributes time: a copy an op makes of its own input
-    (a staged node, recorded just before it) counts inside that op."""
+    (a staged node, recorded just before it) counts inside that op, and so does a convolution's bias add
+    (capture.recorder.CudaFunctionPaths records it as the add_ CUDA runs after cuDNN, in the
+    convolution's module; the profiler nests it under aten::convolution)."""
     ops: list[tuple[str, float]] = []
     carried = 0.0
-    for op, t, staged in zip(per_node["op"].astype(str), per_node["time_s"].astype(float), per_node["staged"]):
+    n = len(per_node)
+    modules = per_node["module"].astype(str).tolist() if "module" in per_node else [""] * n
+    free = per_node["free"].astype(bool).tolist() if "free" in per_node else [False] * n
+    conv: tuple[int, str] | None = None   # (entry, module) of the convolution just emitted, until a costed node
+    for op, t, staged, module, is_free in zip(per_node["op"].astype(str), per_node["time_s"].astype(float),
+                                              per_node["staged"], modules, free):
         if staged:
             carried += t
             continue
+        if op == BIAS_ADD_OP and conv is not None and module == conv[1]:
+            name, seconds = ops[conv[0]]
+            ops[conv[0]] = (name, seconds + t + carried)
+            carried, conv = 0.0, None
+            continue
         ops.append((op, t + carried))
         carried = 0.0
+        if not is_free:
+            conv = (len(ops) - 1, module) if op in CONVOLUTION_OPS else None
     return ops
 
 
