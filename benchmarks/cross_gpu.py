@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuest.calibrate.fit import load_raw, measured_device_s
+from gpuest.calibrate.fit import load_raw, measured_device_s, rows_node_table
 from gpuest.catalog import get_gpu
 from gpuest.price.device_time import correction_sources, device_times, effective_math_modes
 from gpuest.price.node_table import NodeTable
@@ -36,14 +36,8 @@ def device_rows(gpu: str) -> tuple[list[dict], NodeTable, np.ndarray, np.ndarray
     """The device-kind rows of a GPU's imported data, one node table of all their nodes, the row index of each
     node and each row's measured device time (s)."""
     rows = [r for r in load_raw(EXTERNAL / f"{gpu}.jsonl.gz").rows if r["kind"] == "device"]
-    nodes, owner = [], []
-    for i, r in enumerate(rows):
-        for n in r["nodes"]:
-            if not n.get("host_only") and not n.get("free"):
-                nodes.append(n)
-                owner.append(i)
-    measured = np.array([measured_device_s(r) for r in rows])
-    return rows, NodeTable.from_records(nodes), np.array(owner), measured
+    table, owner = rows_node_table(rows)
+    return rows, table, owner, np.array([measured_device_s(r) for r in rows])
 
 
 def predicted_s(table: NodeTable, owner: np.ndarray, n_rows: int, gpu: str, profile, donors=()) -> np.ndarray:

@@ -28,6 +28,7 @@ VARIANTS = ("max", "adaptive")
 def measure(sample: int, seed: int, out: Path) -> None:
     import torch
     from gpuest.calibrate import timing
+    from gpuest.calibrate.runner import input_sets
     from gpuest.calibrate.suite import all_benchmarks
     device_benchmarks = sorted((b for b in all_benchmarks() if b.kind == "device"), key=lambda b: b.name)
     chosen = random.Random(seed).sample(device_benchmarks, min(sample, len(device_benchmarks)))
@@ -36,10 +37,8 @@ def measure(sample: int, seed: int, out: Path) -> None:
     with open(out, "w", encoding="utf-8") as fh:
         for b in chosen:
             built = b.build(dev, 0)
-            first = built.make_set(0)
-            nbytes = built.bytes_per_set if built.bytes_per_set is not None else timing.input_bytes(first)
-            rotate = timing.rotation_for(nbytes, l2, built.max_sets)
-            sets = [first] + [built.make_set(i) for i in range(1, rotate)]
+            sets, _ = input_sets(built, b.kind, l2)
+            rotate = len(sets)
             row: dict[str, object] = {"name": b.name, "category": b.category, "gpu": torch.cuda.get_device_name(dev)}
             with torch.no_grad():
                 for _ in range(2):

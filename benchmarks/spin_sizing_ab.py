@@ -26,6 +26,7 @@ VARIANTS = {"fixed": (1e9, 1e-4), "enqueue_x2": (2.0, 2e-5), "enqueue_x4": (4.0,
 def measure(names: list[str], out: Path) -> None:
     import torch
     from gpuest.calibrate import timing
+    from gpuest.calibrate.runner import input_sets
     from gpuest.calibrate.suite import all_benchmarks
     by_name = {b.name: b for b in all_benchmarks()}
     unknown = [n for n in names if n not in by_name]
@@ -36,10 +37,8 @@ def measure(names: list[str], out: Path) -> None:
     with open(out, "w", encoding="utf-8") as fh:
         for name in names:
             built = by_name[name].build(dev, 0)
-            first = built.make_set(0)
-            nbytes = built.bytes_per_set if built.bytes_per_set is not None else timing.input_bytes(first)
-            rotate = timing.rotation_for(nbytes, l2, built.max_sets)
-            sets = [first] + [built.make_set(i) for i in range(1, rotate)]
+            sets, _ = input_sets(built, by_name[name].kind, l2)
+            rotate = len(sets)
             row: dict[str, object] = {"name": name, "gpu": torch.cuda.get_device_name(dev)}
             with torch.no_grad():
                 for _ in range(2):

@@ -19,25 +19,19 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpuest.calibrate.fit import load_raw, measured_device_s  # noqa: E402
+from gpuest.calibrate.fit import load_raw, measured_device_s, rows_node_table  # noqa: E402
 from gpuest.catalog import get_gpu  # noqa: E402
 from gpuest.jsonl import read_jsonl  # noqa: E402
 from gpuest.price.device_time import device_times  # noqa: E402
-from gpuest.price.node_table import NodeTable  # noqa: E402
 from gpuest.profile import Profile, load_profile, shipped_profiles  # noqa: E402
 
 
 def per_row_s(rows: list[dict], gpu: str, profile: Profile) -> np.ndarray:
     """Priced device time (s) of each calibration row: the sum of its nodes at the GPU's max clock."""
-    nodes, owner = [], []
-    for i, r in enumerate(rows):
-        for n in r["nodes"]:
-            if not n.get("host_only") and not n.get("free"):
-                nodes.append(n)
-                owner.append(i)
+    table, owner = rows_node_table(rows)
     spec = get_gpu(gpu)
-    times, _ = device_times(NodeTable.from_records(nodes), spec, spec.max_clock_mhz, profile)
-    return np.bincount(np.array(owner), weights=times.device_s, minlength=len(rows))
+    times, _ = device_times(table, spec, spec.max_clock_mhz, profile)
+    return np.bincount(owner, weights=times.device_s, minlength=len(rows))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import statsmodels.api as sm
 from scipy.optimize import lsq_linear
+from scipy.spatial.distance import cdist
 
 from gpuest.catalog import GPUSpec, get_gpu
 from gpuest.errors import ProfileError
@@ -112,6 +113,17 @@ def usable(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _device_nodes(row: dict[str, Any]) -> list[dict[str, Any]]:
     return [n for n in row["nodes"] if not n.get("free") and not n.get("host_only")]
+
+
+def rows_node_table(rows: list[dict[str, Any]]) -> tuple[NodeTable, np.ndarray]:
+    """One node table of the device nodes of calibration `rows`, and the index of each node's row (so
+    np.bincount(owner, weights=per-node seconds) gives each row's priced time)."""
+    nodes, owner = [], []
+    for i, row in enumerate(rows):
+        for n in _device_nodes(row):
+            nodes.append(n)
+            owner.append(i)
+    return NodeTable.from_records(nodes), np.array(owner, dtype=int)
 
 
 def _row_clock(row: dict[str, Any], gpu: GPUSpec) -> float:
@@ -533,7 +545,7 @@ def lend_residual_points(own: dict[str, ResidualPoints], lent: dict[str, Residua
         scale = np.asarray(mine.scale)
         if x_own.shape[1] != x_lent.shape[1]:
             continue   # a prior of another feature set
-        d = np.sqrt((((x_lent[:, None, :] - x_own[None, :, :]) / scale) ** 2).sum(axis=2)).min(axis=1)
+        d = cdist(x_lent / scale, x_own / scale).min(axis=1)
         keep = d >= SAME_SHAPE_DISTANCE
         x = np.round(np.vstack([x_own, x_lent[keep]]), POINT_DECIMALS)
         new_scale = np.round(np.maximum(x.std(axis=0), MIN_POINT_SCALE), POINT_DECIMALS)

@@ -138,6 +138,15 @@ def built_nodes(built: Built, first: Sequence[Any]) -> tuple[list[dict[str, Any]
 
 # ---------------------------------------------------------------- one benchmark
 
+def input_sets(built: Built, kind: str, l2_bytes: int) -> tuple[list[tuple], int]:
+    """The input sets a benchmark's timing cycles through, and the bytes of one: a device benchmark gets
+    enough sets that together they exceed L2 (rotation_for), so each call reads from DRAM; a probe one."""
+    first = built.make_set(0)
+    nbytes = built.bytes_per_set if built.bytes_per_set is not None else input_bytes(first)
+    rotate = 1 if kind != "device" else rotation_for(nbytes, l2_bytes, built.max_sets)
+    return [first] + [built.make_set(i) for i in range(1, rotate)], nbytes
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -195,10 +204,8 @@ def run_benchmark(b: Benchmark, *, device: torch.device, monitor: Any | None, po
     try:
         with tf32_flags(b.matmul_tf32, b.cudnn_tf32):
             built = b.build(device, seed)
-            first = built.make_set(0)
-            nbytes = built.bytes_per_set if built.bytes_per_set is not None else input_bytes(first)
-            rotate = 1 if b.kind != "device" else rotation_for(nbytes, l2_bytes, built.max_sets)
-            sets = [first] + [built.make_set(i) for i in range(1, rotate)]
+            sets, nbytes = input_sets(built, b.kind, l2_bytes)
+            first, rotate = sets[0], len(sets)
             row["bytes_per_set"] = nbytes
             t_phase = time.perf_counter()
             row["build_s"] = round(t_phase - t_start, 4)
