@@ -308,15 +308,16 @@ def fit_table(specs: list[GPUSpec]) -> str:
     for spec in specs:
         fit, profile = power_fit(spec)
         if fit is None:
-            rows.append([spec.name, profile.gpu, "no power fit", *["n/a"] * 7])
+            rows.append([spec.name, profile.gpu, "no power fit", *["n/a"] * 8])
             continue
         v_min = voltage_ratio(spec, spec.min_clock_mhz, fit.v_min_ratio)
         static_min = fit.idle_w + (fit.static_w - fit.idle_w) * float(v_min) ** 2
         rows.append([spec.name, profile.gpu, f"{spec.tdp_w:.0f} / {spec.idle_power_w:.0f}", f"{fit.idle_w:.1f}",
-                     f"{fit.static_w:.1f} / {static_min:.1f}", f"{fit.tensor_w:.0f}", f"{fit.vector_w:.0f}",
+                     f"{fit.static_w:.1f} / {static_min:.1f}", f"{fit.tensor_w:.0f}",
+                     "= tensor_w" if fit.simt_w is None else f"{fit.simt_w:.0f}", f"{fit.vector_w:.0f}",
                      f"{fit.memory_w:.0f}", f"{fit.v_min_ratio:.2f}", f"{fit.r2:.2f} / {fit.sigma_w:.0f}"])
     return md_table(["GPU", "power fit measured on", "TDP / catalogue idle (W)", "idle_w", "static at f_max / f_min (W)",
-                     "tensor_w", "vector_w", "memory_w", "V(f_min)/V(f_max)", "fit r² / σ (W)"], rows)
+                     "tensor_w", "simt_w", "vector_w", "memory_w", "V(f_min)/V(f_max)", "fit r² / σ (W)"], rows)
 
 
 def in_head(path: Path, data: bytes) -> str:
@@ -435,7 +436,8 @@ def write(studies: list[Study], bf16_note: list[str], out: Path) -> None:
     add("")
     add("### Power model coefficients used")
     add("")
-    add("`P = static(f) + s(f)·(tensor_w·u_tc + vector_w·u_vec) + memory_w·u_mem`, `s(f) = (f/f_max)·(V/V_max)²`, "
+    add("`P = static(f) + s(f)·(tensor_w·u_tc + simt_w·u_simt + vector_w·u_vec) + memory_w·u_mem`, "
+        "`s(f) = (f/f_max)·(V/V_max)²`, "
         "`static(f) = idle + (static_w − idle)·(V/V_max)²` (docs/DESIGN.md §3). A GPU without its own "
         "calibration takes the nearest calibrated GPU's fit scaled by the ratio of dynamic ranges "
         "(TDP − idle); the V100 row below is that transferred fit.")

@@ -90,18 +90,22 @@ class ResidualPoints:
 
 @dataclass(frozen=True)
 class PowerFit:
-    """Average board power (W) = static_w + s(f) * (tensor_w*u_tc + vector_w*u_vec + memory_w*u_mem)."""
+    """Average board power (W) = static_w + s(f) * (tensor_w*u_tc + simt_w*u_simt + vector_w*u_vec)
+    + memory_w*u_mem, each u a node's achieved share of its roof (gpuest.price.power)."""
 
     static_w: float                   # active, clocks up, no work (also: host-bound gaps)
     idle_w: float                     # deep idle, measured before the run
-    tensor_w: float
-    vector_w: float
+    tensor_w: float                   # GEMM-like nodes on tensor cores (bf16, fp16, tf32, fp8)
+    vector_w: float                   # every other node's compute
     memory_w: float
     sigma_w: float
     r2: float
     n: int
     v_min_ratio: float = 0.7          # V(f_min)/V(f_max) of the voltage-frequency curve
     gap_w: float | None = None        # while the GPU waits for the host (clocks up, no kernel); None: static_w
+    # GEMM-like nodes in full fp32, on the SIMT FMA pipes: a different share of the chip switches than on
+    # tensor cores at the same share of the peak; None (profiles fitted before it was split out): tensor_w.
+    simt_w: float | None = None
 
 
 # Quantities a profile can predict: a profile fitted on timings alone (public kernel data) predicts "time".
@@ -239,7 +243,8 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
         power = PowerFit(**{k: float(_need(power, k, num, w)) for k in
                             ("static_w", "idle_w", "tensor_w", "vector_w", "memory_w", "sigma_w", "r2")},
                          n=int(_need(power, "n", int, w)), v_min_ratio=float(power.get("v_min_ratio", 0.7)),
-                         gap_w=float(power["gap_w"]) if power.get("gap_w") is not None else None)
+                         gap_w=float(power["gap_w"]) if power.get("gap_w") is not None else None,
+                         simt_w=float(power["simt_w"]) if power.get("simt_w") is not None else None)
     points = {key: _residual_points(value, len(features), f"{where}: residual_points[{key!r}]")
               for key, value in data.get("residual_points", {}).items()}
     _check_provenance(data, where)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import networkx as nx
 import numpy as np
@@ -17,6 +18,9 @@ from gpuest.price.features import OVERHEAD_SCALE_S
 from gpuest.price.host_timeline import simulate
 from gpuest.price.node_table import NodeTable
 from gpuest.profile import mode_key, prior_profile
+
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class MatMul(torch.nn.Module):
@@ -194,6 +198,55 @@ def test_memory_power_counts_cudnn_layout_transposes():
     power = node_power(table, times, gpu, gpu.max_clock_mhz, prior_profile().power)
     assert power.util_memory[0] == pytest.approx((1 + RELAYOUT_TRAFFIC) * power.util_memory[1])
     assert power.power_w[0] > power.power_w[1]
+
+
+def test_full_fp32_gemms_draw_simt_power_and_tensor_core_gemms_tensor_power():
+    """A GEMM in full fp32 runs on the SIMT FMA pipes: its dynamic power is simt_w per unit of its
+    utilisation, a bf16 GEMM's is tensor_w and an elementwise node's vector_w; a profile fitted before
+    simt_w existed (None) prices fp32 GEMMs with tensor_w as it always did."""
+    from dataclasses import replace
+    from gpuest.price.device_time import device_times
+    from gpuest.price.node_table import NodeTable
+    from gpuest.price.power import clock_scale, node_power
+    from gpuest.price.profile_choice import roofline_profile
+    gpu = get_gpu("H100")
+    gemm = {"op": "aten.mm.default", "category": "matmul", "flops": 2 * 4096 ** 3, "bytes_read": 6.7e7,
+            "bytes_written": 3.4e7, "gemm_m": 4096, "gemm_n": 4096, "gemm_k": 4096}
+    add = {"op": "aten.add.Tensor", "category": "elementwise", "math_mode": "fp32", "flops": 1e9,
+           "bytes_read": 8e9, "bytes_written": 4e9}
+    table = NodeTable.from_records([{**gemm, "math_mode": "fp32"}, {**gemm, "math_mode": "bf16"}, add])
+    times, _ = device_times(table, gpu, gpu.max_clock_mhz, roofline_profile())
+    fit = replace(prior_profile().power, tensor_w=500.0, simt_w=200.0, vector_w=300.0)
+    power = node_power(table, times, gpu, gpu.max_clock_mhz, fit)
+    util = power.util_tensor + power.util_vector
+    assert util[:2].min() > 0.5     # both GEMMs near their own roof
+    base = power.power_w - fit.memory_w * power.util_memory
+    scale = float(clock_scale(gpu, gpu.max_clock_mhz, fit))
+    for i, unit_w in enumerate((fit.simt_w, fit.tensor_w, fit.vector_w)):
+        assert base[i] - base[0] + scale * fit.simt_w * util[0] == pytest.approx(scale * unit_w * util[i])
+    legacy = node_power(table, times, gpu, gpu.max_clock_mhz, replace(fit, simt_w=None))
+    assert legacy.power_w[0] == pytest.approx(power.power_w[0] + scale * (fit.tensor_w - fit.simt_w) * util[0])
+    assert legacy.power_w[1:] == pytest.approx(power.power_w[1:])
+
+
+def test_power_fit_splits_simt_from_tensor_cores_only_with_windows_that_load_them():
+    """The shipped H100 calibration has power windows of full-fp32 GEMMs, so its fit has a simt_w of its
+    own; without those windows the coefficient is unidentified and left to tensor_w (None)."""
+    from gpuest.calibrate.fit import MIN_UNIT_WINDOWS, fit_power, load_raw, usable
+
+    def simt_gemm(row):
+        table = NodeTable.from_records([n for n in row["nodes"] if not n.get("free")])
+        return bool((table.tensor_core & (table.math_mode == "fp32")).any())
+
+    power = [r for r in usable(load_raw(ROOT / "data" / "calibration" / "H100-SXM.jsonl").rows)
+             if r.get("avg_power_w")]
+    gpu = get_gpu("H100")
+    fp32_gemm = [r for r in power if simt_gemm(r)]
+    assert len(fp32_gemm) >= MIN_UNIT_WINDOWS
+    with_simt = fit_power(power, gpu, 70.0, 0.7)
+    assert with_simt.simt_w is not None and 0.0 <= with_simt.simt_w <= gpu.tdp_w - 70.0
+    without = fit_power([r for r in power if r not in fp32_gemm], gpu, 70.0, 0.7)
+    assert without.simt_w is None
 
 
 def test_power_limit_caps_power_and_slows_compute_bound(big_matmul):

@@ -33,7 +33,7 @@ from gpuest.price.device_time import (RESIDUAL_CLIP, DeviceTimes, device_times, 
                                          log_floor, persistent_step_time_s, persistent_steps, within_fit_range)
 from gpuest.price.host_timeline import launch_costs
 from gpuest.price.node_table import NodeTable
-from gpuest.price.power import dram_bytes, voltage_ratio
+from gpuest.price.power import COMPUTE_UNITS, compute_units, dram_bytes, voltage_ratio
 from gpuest.price.profile_choice import roofline_profile
 from gpuest.price.features import RESIDUAL_FEATURES
 from gpuest.annotate.registry import CATEGORIES
@@ -68,6 +68,8 @@ MIN_HOST_LAUNCH_ROWS = 4       # rows with distinct launch counts needed to spli
 # (docs/QUICK_SUITE_STUDY.md, python3 benchmarks/quick_suite_study.py --budget-s 450)
 PARTIAL_SUITE_SHARE = 0.95
 MIN_SPLIT_ROWS = 4             # benchmarks with barriers needed to split their cost from the serial work
+UNIT_LOADED_SHARE = 0.1         # a power window loads a compute unit when it reaches this share of its roof
+MIN_UNIT_WINDOWS = 4            # loaded windows a compute unit's own power coefficient needs
 POWER_BUSY_FRACTION = 0.8       # device-busy share of a power window's benchmark below which it is host-paced
 MIN_POOL_ROWS = 6               # training benchmarks an op (or op in one math mode) needs for a residual pool
 MIN_POINT_SCALE = 0.5           # smallest distance unit of a feature in a pool (feature units)
@@ -565,9 +567,11 @@ def busy_through_window(row: dict[str, Any]) -> bool:
     return not any(n.get("host_syncs", 0) for n in _device_nodes(row))
 
 
-def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_ratio: float) -> PowerFit | None:
-    """Bounded least squares of window power on (1, s(f)*u_tensor, s(f)*u_vector, u_memory) from measured
-    utilisations, over the windows in which the GPU was busy throughout (busy_through_window)."""
+def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_ratio: float, *,
+              split_simt: bool = True) -> PowerFit | None:
+    """Bounded least squares of window power on (1, s(f)*u per compute unit (COMPUTE_UNITS), u_memory) from
+    measured utilisations, over the windows in which the GPU was busy throughout (busy_through_window).
+    split_simt=False prices full-fp32 GEMMs with tensor_w (simt_w None), as fits before the split did."""
     plain = roofline_profile()
     xs, ys = [], []
     for r in rows:
@@ -581,26 +585,44 @@ def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_rat
         clock = _row_clock(r, gpu)
         times, _ = device_times(table, gpu, clock, plain)
         t = r["time_ms_median"] * 1e-3
-        tc = table.tensor_core
-        u_tc = min(float((times.work_flops[tc] / times.peak_flops[tc]).sum()) / t, 1.0)
-        u_vec = min(float((times.work_flops[~tc] / times.peak_flops[~tc]).sum()) / t, 1.0)
+        units = compute_units(table, times.effective_mode)
+        u = [min(float((times.work_flops[m] / times.peak_flops[m]).sum()) / t, 1.0) for m in units.values()]
         u_mem = min(float(dram_bytes(table, times).sum()) / gpu.memory_bandwidth_bytes_per_s / t, 1.0)
         s = clock / gpu.max_clock_mhz * float(voltage_ratio(gpu, clock, v_min_ratio)) ** 2
-        xs.append([1.0, s * u_tc, s * u_vec, u_mem])
+        xs.append([1.0, *(s * x for x in u), u_mem])
         ys.append(p)
     if len(ys) < 6:
         return None
     x, y = np.array(xs), np.array(ys)
+    # Too few windows that load the SIMT pipes leave simt_w unidentified: it then takes tensor_w's value.
+    simt_col = 1 + COMPUTE_UNITS.index("simt")
+    has_simt = split_simt and int((x[:, simt_col] >= UNIT_LOADED_SHARE).sum()) >= MIN_UNIT_WINDOWS
+    if not has_simt:
+        x[:, 1 + COMPUTE_UNITS.index("tensor")] += x[:, simt_col]
+        x = np.delete(x, simt_col, axis=1)
     # Bounded least squares keeps every term physical: static power between idle and TDP, and no
     # activity term able to exceed the board's dynamic range on its own.
     span = gpu.tdp_w - idle_w
-    coef = lsq_linear(x, y, bounds=([idle_w, 0.0, 0.0, 0.0], [gpu.tdp_w, span, span, span])).x
+    terms = x.shape[1] - 1
+    coef = lsq_linear(x, y, bounds=([idle_w] + [0.0] * terms, [gpu.tdp_w] + [span] * terms)).x
     resid = y - x @ coef
+    if not has_simt:
+        coef = np.insert(coef, simt_col, np.nan)
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 else 0.0
-    return PowerFit(static_w=float(coef[0]), idle_w=float(idle_w), tensor_w=float(coef[1]),
-                    vector_w=float(coef[2]), memory_w=float(coef[3]),
-                    sigma_w=float(math.sqrt((resid ** 2).mean())), r2=r2, n=len(y), v_min_ratio=v_min_ratio)
+    unit_w = dict(zip(COMPUTE_UNITS, coef[1:-1]))
+    return PowerFit(static_w=float(coef[0]), idle_w=float(idle_w), tensor_w=float(unit_w["tensor"]),
+                    simt_w=float(unit_w["simt"]) if has_simt else None, vector_w=float(unit_w["vector"]),
+                    memory_w=float(coef[-1]), sigma_w=float(math.sqrt((resid ** 2).mean())), r2=r2, n=len(y), v_min_ratio=v_min_ratio)
+
+
+def simt_from_prior(power: PowerFit | None, shape_prior: Profile | None) -> PowerFit | None:
+    """A partial run's power fit whose windows left simt_w unidentified takes the shape prior's ratio of
+    simt_w to tensor_w, as its residual fits take the prior's finer fits; unchanged otherwise."""
+    lent = shape_prior.power if shape_prior is not None else None
+    if power is None or power.simt_w is not None or lent is None or lent.simt_w is None or lent.tensor_w <= 0:
+        return power
+    return replace(power, simt_w=power.tensor_w * lent.simt_w / lent.tensor_w)
 
 
 def holdout_errors(profile: Profile, samples: list[RowFeatures], gpu: GPUSpec,
@@ -817,6 +839,7 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
     idle = raw.meta.get("idle_power_w")
     power = fit_power(rows, gpu, float(idle) if isinstance(idle, (int, float)) else gpu.idle_power_w,
                       prior.power.v_min_ratio if prior.power else 0.7)
+    power = simt_from_prior(power, shape_prior)
     # Data that never measured power (imported public timings) makes a time-only profile: the estimator then
     # borrows a measured GPU's power model and says so, rather than passing the prior off as this GPU's.
     time_only = not any(r.get("energy_j") or r.get("avg_power_w") for r in rows)

@@ -1,6 +1,6 @@
 """Board power per node: static power plus dynamic power from the node's compute and memory use.
 
-P = static(f) + s(f) * (tensor_w * u_tc + vector_w * u_vec) + memory_w * u_mem
+P = static(f) + s(f) * (tensor_w * u_tc + simt_w * u_simt + vector_w * u_vec) + memory_w * u_mem
 s(f) = (f / f_max) * (V(f) / V(f_max))^2, V linear in f between v_min_ratio and 1 (P_dyn ~ f V^2);
 static(f) = idle_w + (static_w - idle_w) * s(f): above idle, the power of a busy but unloaded GPU is
 clock-tree and uncore switching power, which scales like dynamic power.
@@ -32,6 +32,24 @@ def dram_bytes(table: NodeTable, times: DeviceTimes) -> np.ndarray:
     return table.bytes * (1.0 + RELAYOUT_TRAFFIC * relayout)
 
 
+# Compute units whose utilisation each power term weighs: GEMM-like nodes on tensor cores, GEMM-like
+# nodes in full fp32 (SIMT FMA pipes) and everything else (vector).
+COMPUTE_UNITS = ("tensor", "simt", "vector")
+
+
+def compute_units(table: NodeTable, effective_mode: np.ndarray) -> dict[str, np.ndarray]:
+    """A boolean mask per COMPUTE_UNITS entry: the unit each node's compute runs on."""
+    gemm_like = table.tensor_core
+    simt = gemm_like & (effective_mode == "fp32")
+    return {"tensor": gemm_like & ~simt, "simt": simt, "vector": ~gemm_like}
+
+
+def unit_coefficients_w(fit: PowerFit) -> dict[str, float]:
+    """The power (W) each compute unit draws at its full roof, by COMPUTE_UNITS name."""
+    return {"tensor": fit.tensor_w, "simt": fit.tensor_w if fit.simt_w is None else fit.simt_w,
+            "vector": fit.vector_w}
+
+
 def voltage_ratio(gpu: GPUSpec, clock_mhz: np.ndarray | float, v_min_ratio: float) -> np.ndarray:
     span = max(gpu.max_clock_mhz - gpu.min_clock_mhz, 1.0)
     frac = np.clip((np.asarray(clock_mhz, dtype=float) - gpu.min_clock_mhz) / span, 0.0, 1.0)
@@ -47,6 +65,7 @@ def transfer_power(fit: PowerFit, source: GPUSpec, target: GPUSpec) -> PowerFit:
     return replace(fit, idle_w=target.idle_power_w, gap_w=gap,
                    static_w=target.idle_power_w + (fit.static_w - fit.idle_w) * ratio,
                    tensor_w=fit.tensor_w * ratio, vector_w=fit.vector_w * ratio,
+                   simt_w=None if fit.simt_w is None else fit.simt_w * ratio,
                    memory_w=fit.memory_w * ratio, sigma_w=fit.sigma_w * ratio)
 
 
@@ -78,12 +97,15 @@ def node_power(table: NodeTable, times: DeviceTimes, gpu: GPUSpec, clock_mhz: np
     util_compute = np.clip(times.work_flops / (times.peak_flops * t), 0.0, 1.0)
     util_mem = np.clip(dram_bytes(table, times) / (gpu.memory_bandwidth_bytes_per_s * t), 0.0, 1.0)
     tc = table.tensor_core
+    units = compute_units(table, times.effective_mode)
+    coefs = unit_coefficients_w(fit)
+    unit_w = sum(np.where(mask, coefs[name], 0.0) for name, mask in units.items())
     scale = clock_scale(gpu, clock_mhz, fit)
     # Above idle, a busy-but-unloaded GPU burns mostly clock-distribution and uncore switching power,
     # which scales like dynamic power (f * V^2), not like leakage.
     static = fit.idle_w + (fit.static_w - fit.idle_w) * scale
     waiting = waiting_power_w(gpu, clock_mhz, fit)
-    dyn = scale * (fit.tensor_w * np.where(tc, util_compute, 0.0) + fit.vector_w * np.where(tc, 0.0, util_compute))
+    dyn = scale * unit_w * util_compute
     power = static + dyn + fit.memory_w * util_mem
     active = times.device_s > 0
     power = np.where(active, power, waiting)
