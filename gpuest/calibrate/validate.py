@@ -157,66 +157,19 @@ def run_validation(configs: list[ValidationConfig], out_path: str | Path, *, res
     gpu = ctx.gpu
     say = log or (lambda _msg: None)
     try:
-        done: dict[str, dict[str, Any]] = {}
-        for r in read_rows(out_path):
-            if r.get("gpu") == gpu and "key" in r:
-                done[r["key"]] = r
+        done = _done_rows(out_path, gpu)
         inflight = _inflight_path(out_path)
-        if inflight.exists():  # the previous run died inside a config: record it, never retry it blindly
-            with contextlib.suppress(Exception):
-                crashed = json.loads(inflight.read_text())
-                if crashed.get("gpu") == gpu and crashed.get("key") not in done:
-                    cfg = next((c for c in configs if c.key == crashed["key"]), None)
-                    if cfg is not None:
-                        row = _base_row(cfg, ctx, gpu, set_name)
-                        row.update(status="error", error_type="ProcessDied",
-                                   error="the process died while measuring this config (previous run)")
-                        _append(out_path, row)
-                        done[cfg.key] = row
-            inflight.unlink(missing_ok=True)
-        todo = []
-        for cfg in configs:
-            prev = done.get(cfg.key)
-            if resume and prev is not None and (prev.get("status") == "ok" or not retry_errors):
-                continue
-            todo.append(cfg)
+        _record_crashed_config(out_path, inflight, configs, ctx, set_name, done)
+        todo = [cfg for cfg in configs if not _skipped(done.get(cfg.key), resume, retry_errors)]
         say(f"gpuest validate: {len(todo)} of {len(configs)} configs to measure on {gpu} "
             f"(~{estimated_duration_s(todo, ctx.window_s) / 60:.1f} min) -> {out_path}")
-        # group configs of the same (model, batch) so the built model is reused
-        order = {}
-        for cfg in todo:
-            order.setdefault((cfg.model, cfg.batch, cfg.seq, cfg.image_size), []).append(cfg)
-        todo = [c for group in order.values() for c in group]
+        todo = _grouped_by_model(todo)
         for i, cfg in enumerate(todo, 1):
             inflight.write_text(json.dumps({"key": cfg.key, "gpu": gpu}))
-            row = _base_row(cfg, ctx, gpu, set_name)
-            t0 = time.perf_counter()
-            fatal: BaseException | None = None
-            err: tuple[str, str, str] | None = None
-            try:
-                measured = measure(cfg, ctx)
-                row.update(measured)
-                row["status"] = "ok"
-                row["error"] = None
-            except Exception as exc:  # noqa: BLE001 - record and continue
-                err = (type(exc).__name__, f"{type(exc).__name__}: {exc}"[:2000],
-                       "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:])
-                if _is_fatal_cuda(exc):
-                    fatal = FatalCudaError(str(exc))
-                del exc
-            if err is not None:
-                row.update(status="error", error_type="OutOfMemory" if "out of memory" in err[1].lower()
-                           else err[0], error=err[1], traceback=err[2])
-                ctx.drop_model()  # frees memory (OOM) and never reuses a model in an unknown state
-            row["elapsed_s"] = time.perf_counter() - t0
+            row, fatal = _measure_row(cfg, ctx, set_name, measure)
             _append(out_path, row)
             inflight.unlink(missing_ok=True)
-            msg = (f"[{i}/{len(todo)}] {cfg.key}: " +
-                   (f"wall {row['wall_s'] * 1e3:.3f} ms, busy {row.get('device_busy_s', float('nan')) * 1e3:.3f} ms"
-                    + (f", {row['avg_power_w']:.0f} W" if row.get("avg_power_w") is not None else "")
-                    if row["status"] == "ok" and row.get("wall_s") is not None
-                    else f"{row['status']}" + (f" ({row.get('error')})" if row.get("error") else "")))
-            say(msg[:300])
+            say(_progress_line(i, len(todo), cfg, row)[:300])
             if fatal is not None:
                 raise fatal
             next_cfg = todo[i] if i < len(todo) else None
@@ -226,6 +179,82 @@ def run_validation(configs: list[ValidationConfig], out_path: str | Path, *, res
         if context is None:
             ctx.close()
     return out_path
+
+
+def _done_rows(out_path: Path, gpu: str) -> dict[str, dict[str, Any]]:
+    """Config key -> the last row `out_path` holds for it on this GPU."""
+    done: dict[str, dict[str, Any]] = {}
+    for r in read_rows(out_path):
+        if r.get("gpu") == gpu and "key" in r:
+            done[r["key"]] = r
+    return done
+
+
+def _record_crashed_config(out_path: Path, inflight: Path, configs: list[ValidationConfig], ctx: RunContext,
+                           set_name: str | None, done: dict[str, dict[str, Any]]) -> None:
+    """Records, as an error row (also added to `done`), the config a previous run died in, and clears the mark."""
+    if not inflight.exists():
+        return
+    # The previous run died inside a config: record it, never retry it blindly.
+    with contextlib.suppress(Exception):
+        crashed = json.loads(inflight.read_text())
+        if crashed.get("gpu") == ctx.gpu and crashed.get("key") not in done:
+            cfg = next((c for c in configs if c.key == crashed["key"]), None)
+            if cfg is not None:
+                row = _base_row(cfg, ctx, ctx.gpu, set_name)
+                row.update(status="error", error_type="ProcessDied",
+                           error="the process died while measuring this config (previous run)")
+                _append(out_path, row)
+                done[cfg.key] = row
+    inflight.unlink(missing_ok=True)
+
+
+def _skipped(prev: dict[str, Any] | None, resume: bool, retry_errors: bool) -> bool:
+    """Whether resume skips a config whose last row is `prev` (an ok row always; an error unless retried)."""
+    return resume and prev is not None and (prev.get("status") == "ok" or not retry_errors)
+
+
+def _grouped_by_model(todo: list[ValidationConfig]) -> list[ValidationConfig]:
+    """`todo` with the configs of one (model, batch, seq, image size) together, so the built model is reused."""
+    order: dict[tuple, list[ValidationConfig]] = {}
+    for cfg in todo:
+        order.setdefault((cfg.model, cfg.batch, cfg.seq, cfg.image_size), []).append(cfg)
+    return [c for group in order.values() for c in group]
+
+
+def _measure_row(cfg: ValidationConfig, ctx: RunContext, set_name: str | None,
+                 measure: MeasureFn) -> tuple[dict[str, Any], FatalCudaError | None]:
+    """The config's row, measured or with its error, and the FatalCudaError to raise once it is written."""
+    row = _base_row(cfg, ctx, ctx.gpu, set_name)
+    t0 = time.perf_counter()
+    fatal: FatalCudaError | None = None
+    err: tuple[str, str, str] | None = None
+    try:
+        measured = measure(cfg, ctx)
+        row.update(measured)
+        row["status"] = "ok"
+        row["error"] = None
+    except Exception as exc:  # noqa: BLE001 - record and continue
+        err = (type(exc).__name__, f"{type(exc).__name__}: {exc}"[:2000],
+               "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:])
+        if _is_fatal_cuda(exc):
+            fatal = FatalCudaError(str(exc))
+        del exc
+    if err is not None:
+        row.update(status="error", error_type="OutOfMemory" if "out of memory" in err[1].lower()
+                   else err[0], error=err[1], traceback=err[2])
+        ctx.drop_model()  # frees memory (OOM) and never reuses a model in an unknown state
+    row["elapsed_s"] = time.perf_counter() - t0
+    return row, fatal
+
+
+def _progress_line(i: int, n: int, cfg: ValidationConfig, row: dict[str, Any]) -> str:
+    """One line on a written row: its wall and busy time in ms and power in W, or its status and error."""
+    return (f"[{i}/{n}] {cfg.key}: " +
+            (f"wall {row['wall_s'] * 1e3:.3f} ms, busy {row.get('device_busy_s', float('nan')) * 1e3:.3f} ms"
+             + (f", {row['avg_power_w']:.0f} W" if row.get("avg_power_w") is not None else "")
+             if row["status"] == "ok" and row.get("wall_s") is not None
+             else f"{row['status']}" + (f" ({row.get('error')})" if row.get("error") else "")))
 
 
 # ================================================================== CLI
