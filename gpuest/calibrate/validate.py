@@ -299,7 +299,8 @@ def build_configs(args: argparse.Namespace) -> tuple[list[ValidationConfig], str
     return configs, name
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line of `python3 -m gpuest.calibrate.validate`."""
     p = argparse.ArgumentParser(prog="python3 -m gpuest.calibrate.validate",
                                 description="Measure the validation set on this GPU (one JSONL row per config).")
     p.add_argument("--set", choices=sorted(SETS), help="predefined set (default quick; dry with --dry-run)")
@@ -326,19 +327,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true",
                    help="run tiny configs on the CPU through the same code path (no CUDA, no NVML)")
     p.add_argument("--list", action="store_true", help="print the configs and the estimated duration, then exit")
-    args = p.parse_args(argv)
+    return p
 
-    configs, set_name = build_configs(args)
-    if args.per_op is None:
+
+def _with_per_op_choice(configs: list[ValidationConfig], choice: str | None) -> list[ValidationConfig]:
+    """`configs` with per-op recording as --per-op chose: 'all', 'none', model specs / config keys, or (None)
+    each config's own choice."""
+    if choice is None:
         per_op: bool | list[str] = False
-    elif args.per_op.lower() == "all":
+    elif choice.lower() == "all":
         per_op = True
-    elif args.per_op.lower() == "none":
+    elif choice.lower() == "none":
         configs = [replace(c, per_op=False) for c in configs]
         per_op = False
     else:
-        per_op = _split(args.per_op)
-    configs = with_per_op(configs, per_op)
+        per_op = _split(choice)
+    return with_per_op(configs, per_op)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the command line; returns the exit status (3 after a fatal CUDA error)."""
+    p = _parser()
+    args = p.parse_args(argv)
+
+    configs, set_name = build_configs(args)
+    configs = _with_per_op_choice(configs, args.per_op)
     if args.list:
         for c in configs:
             print(c.key, "heldout" if c.heldout else "", "per-op" if c.per_op else "")
