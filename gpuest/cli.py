@@ -3,6 +3,7 @@ report, export, plot."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import warnings
@@ -206,52 +207,59 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------------ parser
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpuest", description="Predict PyTorch time, power and energy on "
-                                     "NVIDIA GPUs without running there.")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_subcommand(sub: Any, name: str, fn: Callable[[argparse.Namespace], int], help_: str,
+                    model: bool = True, gpu: bool = False, add_help: bool = True) -> argparse.ArgumentParser:
+    """The subcommand's parser, with the model arguments and/or the GPU, clock and launch arguments."""
+    p = sub.add_parser(name, help=help_, description=help_, add_help=add_help)
+    if model:
+        _add_model_args(p)
+    if gpu:
+        p.add_argument("--gpu", required=True, help="GPU name from `gpuest gpus` (e.g. A100, H100, T4)")
+        p.add_argument("--clock", type=float, default=None, help="SM clock in MHz (default: max boost)")
+        p.add_argument("--launch", default="eager", choices=["eager", "graph"],
+                       help="eager (per-op host dispatch) or graph (CUDA graphs / compiled)")
+    p.set_defaults(func=fn)
+    return p
 
-    def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str, model: bool = True,
-            gpu: bool = False, add_help: bool = True) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_, description=help_, add_help=add_help)
-        if model:
-            _add_model_args(p)
-        if gpu:
-            p.add_argument("--gpu", required=True, help="GPU name from `gpuest gpus` (e.g. A100, H100, T4)")
-            p.add_argument("--clock", type=float, default=None, help="SM clock in MHz (default: max boost)")
-            p.add_argument("--launch", default="eager", choices=["eager", "graph"],
-                           help="eager (per-op host dispatch) or graph (CUDA graphs / compiled)")
-        p.set_defaults(func=fn)
-        return p
 
-    p = add("graph", cmd_graph, "trace a model and summarise its annotated ATen graph")
-    p.add_argument("-o", "--output", help="write the graph (.graphml, .json, .dot, .csv)")
-    p = add("estimate", cmd_estimate, "predict time, power and energy of one step on a GPU", gpu=True)
+def _estimate_args(p: argparse.ArgumentParser) -> None:
+    """Adds `gpuest estimate`'s own arguments."""
     p.add_argument("--power-limit", type=float, default=None, help="board power limit in W (default TDP)")
     p.add_argument("--profile", default=None, help="profile JSON, 'prior' or 'roofline' (default: automatic)")
     p.add_argument("--host-scale", type=float, default=1.0, help="scale host dispatch costs (slower CPU > 1)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--per-node", action="store_true", help="include per-node rows in --json output")
-    p = add("compare", cmd_compare, "rank GPUs by time, energy or EDP for one model")
+
+
+def _compare_args(p: argparse.ArgumentParser) -> None:
+    """Adds `gpuest compare`'s own arguments."""
     p.add_argument("--gpus", default=None, help="comma-separated GPU names (default: the whole catalogue)")
     p.add_argument("--clock", type=float, default=None, help="SM clock in MHz, clamped to each GPU's range")
     p.add_argument("--by", default="time", choices=["time", "energy", "edp"])
     p.add_argument("--price-per-hour", default=None, help="e.g. H100=2.5,A100=1.2 adds cost per step")
     p.add_argument("--launch", default="eager", choices=["eager", "graph"])
     p.add_argument("--json", action="store_true")
-    p = add("sweep", cmd_sweep, "sweep SM clocks and/or power limits on one GPU", gpu=False)
+
+
+def _sweep_args(p: argparse.ArgumentParser) -> None:
+    """Adds `gpuest sweep`'s own arguments."""
     p.add_argument("--gpu", required=True)
     p.add_argument("--clocks", default=None, help="MHz: START:STOP:STEP or a comma list")
     p.add_argument("--power-limits", default=None, help="W: START:STOP:STEP or a comma list")
     p.add_argument("--launch", default="eager", choices=["eager", "graph"])
     p.add_argument("--plot", default=None, help="write a PNG of time and energy against the setting")
     p.add_argument("--json", action="store_true")
-    p = add("memory", cmd_memory, "predict peak memory of one step on a GPU, whether it fits, the largest batch")
+
+
+def _memory_args(p: argparse.ArgumentParser) -> None:
+    """Adds `gpuest memory`'s own arguments."""
     p.add_argument("--gpu", required=True, help="GPU name from `gpuest gpus` (e.g. L4, A100-SXM4-40GB)")
     p.add_argument("--max-batch", action="store_true", help="also find the largest batch that fits (traces several)")
     p.add_argument("--json", action="store_true")
-    p = add("generate", cmd_generate, "predict a greedy generate() call of a decoder LM: TTFT, time per token, "
-            "tokens/s and energy per token", model=False, gpu=True)
+
+
+def _generate_args(p: argparse.ArgumentParser) -> None:
+    """Adds `gpuest generate`'s own arguments (its model is a decoder LM, not the common model arguments)."""
     p.add_argument("model", help="a decoder LM: hf:gpt2|llama|llama-3b|qwen2-0.5b or an hf config .json")
     p.add_argument("--batch", type=int, default=1, help="sequences generated together (default 1)")
     p.add_argument("--prompt", type=int, required=True, help="prompt tokens per sequence")
@@ -264,10 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", default="tokens_per_s", choices=["tokens_per_s", "energy_per_token", "time", "ttft"],
                    help="ranking of --compare (default tokens_per_s)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    add("gpus", cmd_gpus, "list the GPU catalogue", model=False)
-    p = add("calibrate", cmd_calibrate, "measure this machine's GPU (micro-benchmarks + NVML; options: gpuest "
-            "calibrate -h)", model=False, add_help=False)
-    p = add("fit", cmd_fit, "fit a profile from raw calibration rows", model=False)
+
+
+def _fit_args(p: argparse.ArgumentParser) -> None:
+    """Adds `gpuest fit`'s own arguments."""
     p.add_argument("raw")
     p.add_argument("-o", "--out", required=True)
     p.add_argument("--validation", nargs="+", default=None,
@@ -278,19 +286,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shipped profile whose fits a partial calibration corrects in level (default auto: the "
                         "nearest other calibrated GPU when the rows measured less than the whole suite: "
                         "gpuest.calibrate.fit.PARTIAL_SUITE_SHARE)")
-    p = add("import-kernels", cmd_import_kernels, "import public per-kernel timings of one GPU (NeuSight's "
-            "<op>.csv.gz folder) as calibration rows", model=False)
+
+
+def _import_kernels_args(p: argparse.ArgumentParser) -> None:
+    """Adds `gpuest import-kernels`'s own arguments."""
     p.add_argument("src", help="one GPU's folder of <op>.csv.gz files")
     p.add_argument("-o", "--out", required=True, help="e.g. data/calibration/external/T4.jsonl.gz (gzipped by its name)")
     p.add_argument("--per-op", type=int, default=None, help="rows kept per op file (default: per-op quotas)")
     p.add_argument("--seed", type=int, default=None, help="seed of the deterministic sub-sample")
-    p = add("validate", cmd_validate, "measure real runs on this GPU (see --help of gpuest.calibrate.validate)",
-            model=False)
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p = add("report", cmd_report, "accuracy report from validation results", model=False)
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p = add("export", cmd_export, "export an estimate (.graphml .json .dot .csv .trace.json .html)", gpu=True)
-    p.add_argument("-o", "--output", required=True)
+
+
+def _add_plot(sub: Any) -> None:
+    """Adds `gpuest plot`, whose usage lists its plot kind before the model arguments."""
     p = sub.add_parser("plot", help="plots of an estimate")
     p.add_argument("kind", choices=["roofline"])
     _add_model_args(p)
@@ -299,6 +306,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--launch", default="eager", choices=["eager", "graph"])
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=cmd_plot)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `gpuest` parser: one subcommand per cmd_* function, in the order `gpuest --help` lists them."""
+    parser = argparse.ArgumentParser(prog="gpuest", description="Predict PyTorch time, power and energy on "
+                                     "NVIDIA GPUs without running there.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add = functools.partial(_add_subcommand, sub)
+    p = add("graph", cmd_graph, "trace a model and summarise its annotated ATen graph")
+    p.add_argument("-o", "--output", help="write the graph (.graphml, .json, .dot, .csv)")
+    _estimate_args(add("estimate", cmd_estimate, "predict time, power and energy of one step on a GPU", gpu=True))
+    _compare_args(add("compare", cmd_compare, "rank GPUs by time, energy or EDP for one model"))
+    _sweep_args(add("sweep", cmd_sweep, "sweep SM clocks and/or power limits on one GPU", gpu=False))
+    _memory_args(add("memory", cmd_memory, "predict peak memory of one step on a GPU, whether it fits, the largest "
+                     "batch"))
+    _generate_args(add("generate", cmd_generate, "predict a greedy generate() call of a decoder LM: TTFT, time per "
+                       "token, tokens/s and energy per token", model=False, gpu=True))
+    add("gpus", cmd_gpus, "list the GPU catalogue", model=False)
+    add("calibrate", cmd_calibrate, "measure this machine's GPU (micro-benchmarks + NVML; options: gpuest "
+        "calibrate -h)", model=False, add_help=False)
+    _fit_args(add("fit", cmd_fit, "fit a profile from raw calibration rows", model=False))
+    _import_kernels_args(add("import-kernels", cmd_import_kernels, "import public per-kernel timings of one GPU "
+                             "(NeuSight's <op>.csv.gz folder) as calibration rows", model=False))
+    p = add("validate", cmd_validate, "measure real runs on this GPU (see --help of gpuest.calibrate.validate)",
+            model=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p = add("report", cmd_report, "accuracy report from validation results", model=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p = add("export", cmd_export, "export an estimate (.graphml .json .dot .csv .trace.json .html)", gpu=True)
+    p.add_argument("-o", "--output", required=True)
+    _add_plot(sub)
     return parser
 
 

@@ -19,7 +19,8 @@ LAYERS = (("errors", "jsonl", "catalog", "measurement_protocol", "_alias"), ("an
 # formatter sits beside the results it formats and imports nothing above the base layer.
 RESULT_FORMATTERS = {"gpuest.report.text"}
 # Modules that run on the GPU to measure; they must not import the predictor they are measured against.
-MEASURING = {"gpuest.calibrate." + m for m in ("runner", "validate", "memory_validate", "generation_validate",
+MEASURING = {"gpuest.calibrate." + m for m in ("runner", "validate", "validate_context", "validate_measure",
+                                               "validate_profile", "memory_validate", "generation_validate",
                                                "kernel_profile", "timing", "nvml_monitor", "suite", "budget")}
 
 

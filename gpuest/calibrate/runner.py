@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from .nvml_monitor import FakePowerMonitor, NvmlUnavailableError, PowerMeasurement, PowerMonitor
-from .budget import SUITE_BUDGET_S, SUITES, run_plan, suite_version
+from .budget import SUITE_BUDGET_S, SUITES, Plan, run_plan, suite_version
 from .suite import BUSY_CALLS, Benchmark, Built, TraceSpec, _FnModule, all_benchmarks
 from .timing import device_busy_ms, host_dispatch_us, input_bytes, l2_cache_bytes, rotation_for, time_op
 from ..annotate.registry import node_attr_names
@@ -401,63 +401,27 @@ def run_suite(out_path: str | os.PathLike[str], *, suite: str = "quick", budget_
     on_row: called with each row after it is written (progress hooks, tests).
     """
     out = Path(out_path)
-    existing, _ = _read_existing(out)
-    if existing and not resume:
-        raise CalibrationError(f"{out} already holds {len(existing)} rows; pass --resume to continue it "
-                               "or --out to write a new file")
-    if not dry_run and not torch.cuda.is_available():
-        raise CalibrationError("no CUDA GPU is visible to torch; calibration must run on the GPU it "
-                               "calibrates (use --dry-run to test the pipeline on the CPU)")
+    existing = _check_can_start(out, resume, dry_run)
     device = torch.device("cpu") if dry_run else torch.device("cuda", torch.cuda.current_device())
     window_s = window_s if window_s is not None else (0.02 if dry_run else 0.6)
-    meta = _load_meta(out) if resume else {"schema": META_SCHEMA, "sessions": []}
-    if meta["sessions"] and bool(meta.get("dry_run")) != dry_run:
-        raise CalibrationError(f"{out} was written by a {'dry' if meta.get('dry_run') else 'GPU'} run; "
-                               "do not mix dry-run and GPU rows in one file")
-    meta["dry_run"] = dry_run
-    if dry_run:
-        meta["warning"] = "DRY RUN: rows were measured on the CPU with tiny sizes; never use them as calibration"
-
-    monitor: Any | None = None
-    if power:
-        factory = monitor_factory or (FakePowerMonitor if dry_run else PowerMonitor)
-        try:
-            monitor = factory()
-        except NvmlUnavailableError as exc:
-            warnings.warn(f"NVML unavailable ({exc}); running a time-only calibration (no energy/power rows)",
-                          RuntimeWarning, stacklevel=2)
-            monitor = None
-
-    done = set(existing)
+    meta = _session_meta(out, resume, dry_run)
+    monitor = _open_monitor(monitor_factory, dry_run) if power else None
     the_plan = run_plan(suite, budget_s, categories, power=monitor is not None, window_s=window_s, dry_run=dry_run)
     if budget_s is None:
         budget_s = SUITE_BUDGET_S.get(suite, math.inf)
     probing = host_probes if host_probes is not None else categories is None
     stop_s = budget_s - (HOST_PROBE_RESERVE_S if probing and not dry_run else 0.0)
+    done = set(existing)
     todo = [b for b in the_plan.benchmarks if b.name not in done]
     session = len(meta["sessions"])
-    if meta["sessions"] and not dry_run:
-        first_gpu = meta["sessions"][0].get("gpu_name")
-        here = torch.cuda.get_device_properties(device).name
-        if first_gpu and first_gpu != here:
-            raise CalibrationError(f"cannot resume {out}: it was measured on {first_gpu}, this is {here}")
-
-    idle_w = None
-    if monitor is not None:
-        idle_w = monitor.idle_power(5.0 if not dry_run else 0.0)
+    _check_same_gpu(out, meta, device, dry_run)
+    idle_w = monitor.idle_power(5.0 if not dry_run else 0.0) if monitor is not None else None
     l2 = l2_cache_bytes(device)
-    info = _provenance(device, monitor, dry_run=dry_run, command=command or " ".join(sys.argv), budget_s=budget_s,
-                       idle_w=idle_w, n_planned=len(the_plan.benchmarks), n_power=len(the_plan.power),
-                       est_s=the_plan.est_s)
-    info.update(skipped_existing=len(the_plan.benchmarks) - len(todo), trimmed_by_budget=the_plan.dropped,
-                categories=list(categories) if categories else "all", power=monitor is not None,
-                suite=suite, suite_version=suite_version(), suite_benchmarks=[b.name for b in the_plan.benchmarks])
-    meta["sessions"].append(info)
-    _write_meta(out, meta)
+    info = _start_session(out, meta, device, monitor, the_plan, len(todo), dry_run=dry_run,
+                          command=command or " ".join(sys.argv), budget_s=budget_s, idle_w=idle_w,
+                          categories=categories, suite=suite)
 
-    summary: dict[str, Any] = {"rows": 0, "errors": 0, "trace_errors": 0, "power_windows": 0,
-                               "unreliable_windows": 0, "throttled_windows": 0, "throttle_reasons": {},
-                               "by_category": {}}
+    summary = _new_summary()
     t0 = time.perf_counter()
     bar = _Progress(len(todo), progress)
     threads = torch.get_num_threads()
@@ -468,31 +432,122 @@ def run_suite(out_path: str | os.PathLike[str], *, suite: str = "quick", budget_
             for b in todo:
                 elapsed = time.perf_counter() - t0
                 if elapsed > stop_s and not dry_run:
-                    warnings.warn(f"stopping after {elapsed:.0f} s (budget {budget_s:.0f} s); "
-                                  f"{len(todo) - summary['rows']} benchmarks left: rerun with --resume to finish",
-                                  RuntimeWarning, stacklevel=2)
-                    summary["stopped_over_budget"] = True
+                    _stop_over_budget(summary, elapsed, budget_s, len(todo))
                     break
                 # Near the budget: no more power windows, time only, so the run ends on time.
                 over = elapsed > POWER_CUTOFF * stop_s
                 row = run_benchmark(b, device=device, monitor=monitor,
                                     power=b.name in the_plan.power and not over,
                                     window_s=window_s, seed=seed, dry_run=dry_run, session=session, l2_bytes=l2)
-                fh.write(json.dumps(row, default=str) + "\n")
-                fh.flush()
-                _count(summary, row)
-                bar.update(b.name)
-                if on_row is not None:
-                    on_row(row)
+                _record_row(fh, row, summary, bar, b.name, on_row)
     finally:
-        torch.set_num_threads(threads)
-        bar.close()
-        summary["wall_s"] = round(time.perf_counter() - t0, 1)
-        info["summary"] = summary
-        info["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        _write_meta(out, meta)
-        if monitor is not None:
-            monitor.close()
+        _close_session(out, meta, info, summary, t0, threads, bar, monitor)
+    _finish_run(out, meta, info, summary, probing, dry_run, progress)
+    return out
+
+
+def _check_can_start(out: Path, resume: bool, dry_run: bool) -> list[str]:
+    """Names of the benchmarks `out` already holds; raises CalibrationError where the run cannot start."""
+    existing, _ = _read_existing(out)
+    if existing and not resume:
+        raise CalibrationError(f"{out} already holds {len(existing)} rows; pass --resume to continue it "
+                               "or --out to write a new file")
+    if not dry_run and not torch.cuda.is_available():
+        raise CalibrationError("no CUDA GPU is visible to torch; calibration must run on the GPU it "
+                               "calibrates (use --dry-run to test the pipeline on the CPU)")
+    return existing
+
+
+def _session_meta(out: Path, resume: bool, dry_run: bool) -> dict[str, Any]:
+    """The run's provenance file contents (read back when resuming), marked for a dry run."""
+    meta = _load_meta(out) if resume else {"schema": META_SCHEMA, "sessions": []}
+    if meta["sessions"] and bool(meta.get("dry_run")) != dry_run:
+        raise CalibrationError(f"{out} was written by a {'dry' if meta.get('dry_run') else 'GPU'} run; "
+                               "do not mix dry-run and GPU rows in one file")
+    meta["dry_run"] = dry_run
+    if dry_run:
+        meta["warning"] = "DRY RUN: rows were measured on the CPU with tiny sizes; never use them as calibration"
+    return meta
+
+
+def _open_monitor(monitor_factory: Callable[[], Any] | None, dry_run: bool) -> Any | None:
+    """The power monitor, or None (with a warning) where NVML is unavailable."""
+    factory = monitor_factory or (FakePowerMonitor if dry_run else PowerMonitor)
+    try:
+        return factory()
+    except NvmlUnavailableError as exc:
+        # stacklevel 3: the warning names run_suite's caller, as it did when this ran inline
+        warnings.warn(f"NVML unavailable ({exc}); running a time-only calibration (no energy/power rows)",
+                      RuntimeWarning, stacklevel=3)
+        return None
+
+
+def _check_same_gpu(out: Path, meta: dict[str, Any], device: torch.device, dry_run: bool) -> None:
+    """Raises CalibrationError when resuming a file that another GPU model measured."""
+    if meta["sessions"] and not dry_run:
+        first_gpu = meta["sessions"][0].get("gpu_name")
+        here = torch.cuda.get_device_properties(device).name
+        if first_gpu and first_gpu != here:
+            raise CalibrationError(f"cannot resume {out}: it was measured on {first_gpu}, this is {here}")
+
+
+def _start_session(out: Path, meta: dict[str, Any], device: torch.device, monitor: Any | None, the_plan: Plan,
+                   n_todo: int, *, dry_run: bool, command: str, budget_s: float, idle_w: float | None,
+                   categories: Sequence[str] | None, suite: str) -> dict[str, Any]:
+    """This session's provenance, appended to the run's meta file (written before any benchmark runs)."""
+    info = _provenance(device, monitor, dry_run=dry_run, command=command, budget_s=budget_s,
+                       idle_w=idle_w, n_planned=len(the_plan.benchmarks), n_power=len(the_plan.power),
+                       est_s=the_plan.est_s)
+    info.update(skipped_existing=len(the_plan.benchmarks) - n_todo, trimmed_by_budget=the_plan.dropped,
+                categories=list(categories) if categories else "all", power=monitor is not None,
+                suite=suite, suite_version=suite_version(), suite_benchmarks=[b.name for b in the_plan.benchmarks])
+    meta["sessions"].append(info)
+    _write_meta(out, meta)
+    return info
+
+
+def _new_summary() -> dict[str, Any]:
+    """An empty run summary: counts of rows, errors and power windows, filled by _count."""
+    return {"rows": 0, "errors": 0, "trace_errors": 0, "power_windows": 0, "unreliable_windows": 0,
+            "throttled_windows": 0, "throttle_reasons": {}, "by_category": {}}
+
+
+def _stop_over_budget(summary: dict[str, Any], elapsed_s: float, budget_s: float, n_todo: int) -> None:
+    """Warns that the run stops at its budget and marks the summary so."""
+    # stacklevel 3: the warning names run_suite's caller, as it did when this ran inline
+    warnings.warn(f"stopping after {elapsed_s:.0f} s (budget {budget_s:.0f} s); "
+                  f"{n_todo - summary['rows']} benchmarks left: rerun with --resume to finish",
+                  RuntimeWarning, stacklevel=3)
+    summary["stopped_over_budget"] = True
+
+
+def _record_row(fh: Any, row: dict[str, Any], summary: dict[str, Any], bar: _Progress, name: str,
+                on_row: Callable[[dict[str, Any]], None] | None) -> None:
+    """Appends one benchmark's row to the open file, counts it and reports progress."""
+    fh.write(json.dumps(row, default=str) + "\n")
+    fh.flush()
+    _count(summary, row)
+    bar.update(name)
+    if on_row is not None:
+        on_row(row)
+
+
+def _close_session(out: Path, meta: dict[str, Any], info: dict[str, Any], summary: dict[str, Any], t0: float,
+                   threads: int, bar: _Progress, monitor: Any | None) -> None:
+    """Restores torch's threads, closes the progress bar and monitor, and records the session's summary."""
+    torch.set_num_threads(threads)
+    bar.close()
+    summary["wall_s"] = round(time.perf_counter() - t0, 1)
+    info["summary"] = summary
+    info["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    _write_meta(out, meta)
+    if monitor is not None:
+        monitor.close()
+
+
+def _finish_run(out: Path, meta: dict[str, Any], info: dict[str, Any], summary: dict[str, Any], probing: bool,
+                dry_run: bool, progress: bool) -> None:
+    """Runs the host probes (when asked), records the file's suite coverage and prints the summary."""
     if probing:
         summary["host_probes"] = _run_host_probes(out, dry_run)
         _write_meta(out, meta)
@@ -501,7 +556,6 @@ def run_suite(out_path: str | os.PathLike[str], *, suite: str = "quick", budget_
     _write_meta(out, meta)
     if progress:
         sys.stderr.write(format_summary(summary) + "\n" + format_coverage(coverage) + "\n")
-    return out
 
 
 def host_probe_path(out_path: Path) -> Path:

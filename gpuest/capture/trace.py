@@ -77,12 +77,7 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
     Nodes carry FLOPs, bytes read/written, category, phase, module, shapes, dtype and math mode.
     """
     assumption = parse_routing(routing)
-    _check_choice(mode, MODES, "mode")
-    _check_choice(precision, list(PRECISIONS), "precision")
-    if mode == "training" and optimizer is not None:
-        _check_choice(optimizer, list(OPTIMIZERS), "optimizer")
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"trace() needs a torch.nn.Module, got {type(model).__name__}")
+    _check_trace_args(model, mode, precision, optimizer)
     weight_dtype, autocast_dtype = PRECISIONS[precision]
     training = mode == "training"
     tf32 = TF32Policy.current()
@@ -96,69 +91,12 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
     try:
         model.train(training)
         with fake_mode:
-            # Tied parameters (shared embeddings) must stay one tensor: one fake per parameter object. They
-            # require grad as the model's do, in inference too: autocast then keeps each weight's cast until
-            # the autocast region ends (its cache takes leaves that require grad, whatever the grad mode).
-            fakes: dict[int, torch.Tensor] = {}
-            params = {n: fakes.setdefault(id(p), _fake_like(p, weight_dtype, p.requires_grad))
-                      for n, p in model.named_parameters(remove_duplicate=False)}
-            buffers = {n: _fake_like(b, weight_dtype if weight_dtype and b.is_floating_point() else None)
-                       for n, b in model.named_buffers(remove_duplicate=False)}
-            inputs = fake_inputs(example_inputs, lambda x: _fake_like(x, weight_dtype), TRACE_DEVICE, weight_dtype)
-            if training and not any(p.requires_grad for p in params.values()):
-                raise TraceError(f"cannot trace a training step of {name or root}: it has no parameter that "
-                                 "requires grad, so backward has nothing to differentiate; use mode='inference' "
-                                 "(no --train), or leave some of its parameters trainable")
-            opt = _make_optimizer(params, optimizer) if training else None
+            params, buffers, inputs, opt = _fake_state(model, example_inputs, weight_dtype, training, optimizer,
+                                                       name or root)
         _register_persistent(recorder, params, buffers, inputs, opt)
-        if isinstance(inputs, dict):
-            args, kwargs = (), inputs
-        else:
-            args, kwargs = (tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)), {}
-
-        def step(rec: OpRecorder) -> None:
-            grad_ctx = contextlib.nullcontext() if training else torch.no_grad()
-            amp = (torch.autocast(TRACE_DEVICE, dtype=autocast_dtype) if autocast_dtype
-                   else contextlib.nullcontext())
-            with grad_ctx:
-                with amp:
-                    rec.autocast = autocast_dtype is not None
-                    rec.phase = "forward"
-                    output = torch.func.functional_call(model, {**params, **buffers}, args, kwargs,
-                                                        tie_weights=True, strict=False)
-                    if not training:
-                        rec.autocast = False
-                        return
-                    rec.phase = "loss"
-                    loss = (loss_fn or default_loss)(output)
-                rec.autocast = False
-                rec.phase = "backward"
-                loss.backward()
-                if opt is not None:
-                    rec.phase = "optimizer"
-                    opt.step()
-
+        step = _step_fn(model, params, buffers, inputs, opt, training, autocast_dtype, loss_fn)
         with fake_mode:
-            try:
-                hook = torch.nn.modules.module.register_module_forward_pre_hook(recorder.count_module_call)
-                try:
-                    cuda_paths = CudaFunctionPaths(TRACE_DEVICE, recorder.current_module_object)
-                    with tracker, recorder, cuda_paths, FormatKnownScalars(run_op):
-                        step(recorder)
-                finally:
-                    hook.remove()
-                recorder.storages.drain(recorder.memory_events())   # what the step's return let go
-            except GpuestError:   # already says what was wrong (a routing assumption that cannot hold)
-                raise
-            except Exception as exc:  # any failure inside the user's model: say where it happened
-                where = recorder.current_module() or "<top level>"
-                last = recorder.nodes[-1].attrs["cpu_op"] if recorder.nodes else "none"
-                raise TraceError(
-                    f"could not trace {name or root} ({mode}, {precision}): {type(exc).__name__}: {exc}\n"
-                    f"  while in module {where!r} during {recorder.phase}, after op {last}. "
-                    "Tracing runs on fake tensors: data-dependent Python control flow (e.g. `if x.sum() > 0`, "
-                    "`.item()`, `.tolist()`) cannot be traced; make it shape-dependent or pass a smaller model."
-                ) from exc
+            _record_step(step, recorder, run_op, f"{name or root} ({mode}, {precision})")
     finally:
         model.train(was_training)
     gradients = recorder.storages.sids(p.grad for p in {id(p): p for p in params.values()}.values()
@@ -166,6 +104,95 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
     return _to_graph(recorder, name=name or root, mode=mode, precision=precision, batch=batch,
                      optimizer=optimizer if training else None, tf32=tf32, gradients=gradients,
                      routing=run_op)
+
+
+def _check_trace_args(model: Any, mode: str, precision: str, optimizer: str | None) -> None:
+    """Raises ValueError for an unknown mode, precision or (training) optimizer, TypeError for a non-Module."""
+    _check_choice(mode, MODES, "mode")
+    _check_choice(precision, list(PRECISIONS), "precision")
+    if mode == "training" and optimizer is not None:
+        _check_choice(optimizer, list(OPTIMIZERS), "optimizer")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"trace() needs a torch.nn.Module, got {type(model).__name__}")
+
+
+def _fake_state(model: torch.nn.Module, example_inputs: Any, weight_dtype: torch.dtype | None, training: bool,
+                optimizer: str | None, label: str) \
+        -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], Any, torch.optim.Optimizer | None]:
+    """Fake parameters, buffers and inputs of the step and its optimizer (training), made under fake mode."""
+    # Tied parameters (shared embeddings) must stay one tensor: one fake per parameter object. They
+    # require grad as the model's do, in inference too: autocast then keeps each weight's cast until
+    # the autocast region ends (its cache takes leaves that require grad, whatever the grad mode).
+    fakes: dict[int, torch.Tensor] = {}
+    params = {n: fakes.setdefault(id(p), _fake_like(p, weight_dtype, p.requires_grad))
+              for n, p in model.named_parameters(remove_duplicate=False)}
+    buffers = {n: _fake_like(b, weight_dtype if weight_dtype and b.is_floating_point() else None)
+               for n, b in model.named_buffers(remove_duplicate=False)}
+    inputs = fake_inputs(example_inputs, lambda x: _fake_like(x, weight_dtype), TRACE_DEVICE, weight_dtype)
+    if training and not any(p.requires_grad for p in params.values()):
+        raise TraceError(f"cannot trace a training step of {label}: it has no parameter that "
+                         "requires grad, so backward has nothing to differentiate; use mode='inference' "
+                         "(no --train), or leave some of its parameters trainable")
+    opt = _make_optimizer(params, optimizer) if training else None
+    return params, buffers, inputs, opt
+
+
+def _step_fn(model: torch.nn.Module, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+             inputs: Any, opt: torch.optim.Optimizer | None, training: bool, autocast_dtype: torch.dtype | None,
+             loss_fn: Callable[[Any], torch.Tensor] | None) -> Callable[[OpRecorder], None]:
+    """The traced step: forward (inference), or forward, loss, backward and optimizer step, naming each phase."""
+    if isinstance(inputs, dict):
+        args, kwargs = (), inputs
+    else:
+        args, kwargs = (tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)), {}
+
+    def step(rec: OpRecorder) -> None:
+        grad_ctx = contextlib.nullcontext() if training else torch.no_grad()
+        amp = (torch.autocast(TRACE_DEVICE, dtype=autocast_dtype) if autocast_dtype
+               else contextlib.nullcontext())
+        with grad_ctx:
+            with amp:
+                rec.autocast = autocast_dtype is not None
+                rec.phase = "forward"
+                output = torch.func.functional_call(model, {**params, **buffers}, args, kwargs,
+                                                    tie_weights=True, strict=False)
+                if not training:
+                    rec.autocast = False
+                    return
+                rec.phase = "loss"
+                loss = (loss_fn or default_loss)(output)
+            rec.autocast = False
+            rec.phase = "backward"
+            loss.backward()
+            if opt is not None:
+                rec.phase = "optimizer"
+                opt.step()
+    return step
+
+
+def _record_step(step: Callable[[OpRecorder], None], recorder: OpRecorder, run_op: RoutingValues,
+                 what: str) -> None:
+    """Runs `step` under the recorder (inside fake mode); a failure becomes a TraceError saying where."""
+    try:
+        hook = torch.nn.modules.module.register_module_forward_pre_hook(recorder.count_module_call)
+        try:
+            cuda_paths = CudaFunctionPaths(TRACE_DEVICE, recorder.current_module_object)
+            with recorder.tracker, recorder, cuda_paths, FormatKnownScalars(run_op):
+                step(recorder)
+        finally:
+            hook.remove()
+        recorder.storages.drain(recorder.memory_events())   # what the step's return let go
+    except GpuestError:   # already says what was wrong (a routing assumption that cannot hold)
+        raise
+    except Exception as exc:  # any failure inside the user's model: say where it happened
+        where = recorder.current_module() or "<top level>"
+        last = recorder.nodes[-1].attrs["cpu_op"] if recorder.nodes else "none"
+        raise TraceError(
+            f"could not trace {what}: {type(exc).__name__}: {exc}\n"
+            f"  while in module {where!r} during {recorder.phase}, after op {last}. "
+            "Tracing runs on fake tensors: data-dependent Python control flow (e.g. `if x.sum() > 0`, "
+            "`.item()`, `.tolist()`) cannot be traced; make it shape-dependent or pass a smaller model."
+        ) from exc
 
 
 def _register_persistent(recorder: OpRecorder, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],

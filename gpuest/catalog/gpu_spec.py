@@ -243,14 +243,20 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def load_gpu_file(path: str | os.PathLike[str]) -> GPUSpec:
-    """Load and validate one GPU JSON file. Raises :class:`CatalogError` naming the file and
-    the missing or bad field."""
-    p = Path(path)
+def _bad(p: Path, field_name: str, why: str) -> CatalogError:
+    """The error naming the file `p` and its missing or bad field."""
+    return CatalogError(f"GPU catalogue file {p}: field {field_name!r} {why}")
 
-    def bad(field_name: str, why: str) -> CatalogError:
-        return CatalogError(f"GPU catalogue file {p}: field {field_name!r} {why}")
 
+def _req(p: Path, data: dict[str, Any], key: str) -> Any:
+    """The value of a required field of `data` (read from `p`)."""
+    if key not in data:
+        raise _bad(p, key, "is missing")
+    return data[key]
+
+
+def _read_gpu_json(p: Path) -> dict[str, Any]:
+    """The JSON object in `p`."""
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except OSError as e:
@@ -259,82 +265,115 @@ def load_gpu_file(path: str | os.PathLike[str]) -> GPUSpec:
         raise CatalogError(f"GPU catalogue file {p}: invalid JSON ({e})") from e
     if not isinstance(data, dict):
         raise CatalogError(f"GPU catalogue file {p}: top level must be a JSON object")
+    return data
 
-    def req(key: str) -> Any:
-        if key not in data:
-            raise bad(key, "is missing")
-        return data[key]
 
-    if req("schema_version") != SCHEMA_VERSION:
-        raise bad("schema_version", f"is {data['schema_version']!r}, expected {SCHEMA_VERSION}")
-    name = req("name")
+def _identity_fields(p: Path, data: dict[str, Any]) -> tuple[str, list[str], str, str]:
+    """The checked name, aliases, architecture and compute capability (after the schema version)."""
+    if _req(p, data, "schema_version") != SCHEMA_VERSION:
+        raise _bad(p, "schema_version", f"is {data['schema_version']!r}, expected {SCHEMA_VERSION}")
+    name = _req(p, data, "name")
     if not isinstance(name, str) or not name.strip():
-        raise bad("name", "must be a non-empty string")
-    aliases = req("aliases")
+        raise _bad(p, "name", "must be a non-empty string")
+    aliases = _req(p, data, "aliases")
     if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
-        raise bad("aliases", "must be a list of non-empty strings")
-    arch = req("architecture")
+        raise _bad(p, "aliases", "must be a list of non-empty strings")
+    arch = _req(p, data, "architecture")
     if not isinstance(arch, str) or arch.lower() not in ARCHITECTURES:
-        raise bad("architecture", f"must be one of {', '.join(ARCHITECTURES)}; got {arch!r}")
-    cc = req("compute_capability")
+        raise _bad(p, "architecture", f"must be one of {', '.join(ARCHITECTURES)}; got {arch!r}")
+    cc = _req(p, data, "compute_capability")
     if not isinstance(cc, str) or not re.fullmatch(r"\d+\.\d+", cc):
-        raise bad("compute_capability", f"must be a string like '9.0'; got {cc!r}")
+        raise _bad(p, "compute_capability", f"must be a string like '9.0'; got {cc!r}")
+    return name, aliases, arch, cc
 
+
+def _numeric_fields(p: Path, data: dict[str, Any]) -> dict[str, float]:
+    """The checked positive numbers of _NUMERIC_FIELDS, clocks and power limits in order."""
     nums: dict[str, float] = {}
     for key in _NUMERIC_FIELDS:
-        v = req(key)
+        v = _req(p, data, key)
         if not _is_number(v) or v <= 0:
-            raise bad(key, f"must be a positive number; got {v!r}")
+            raise _bad(p, key, f"must be a positive number; got {v!r}")
         nums[key] = v
     if not isinstance(nums["sm_count"], int):
-        raise bad("sm_count", f"must be an integer; got {nums['sm_count']!r}")
+        raise _bad(p, "sm_count", f"must be an integer; got {nums['sm_count']!r}")
     if not nums["min_clock_mhz"] <= nums["base_clock_mhz"] <= nums["max_clock_mhz"]:
-        raise bad("min_clock_mhz", "must satisfy min_clock_mhz <= base_clock_mhz <= max_clock_mhz")
+        raise _bad(p, "min_clock_mhz", "must satisfy min_clock_mhz <= base_clock_mhz <= max_clock_mhz")
     if not nums["power_limit_min_w"] <= nums["power_limit_max_w"]:
-        raise bad("power_limit_min_w", "must be <= power_limit_max_w")
+        raise _bad(p, "power_limit_min_w", "must be <= power_limit_max_w")
+    return nums
 
-    peaks = req("peak_tflops")
+
+def _peak_tflops(p: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """The checked peak_tflops object: every math mode, each a positive TFLOPS or null (fp32 never null)."""
+    peaks = _req(p, data, "peak_tflops")
     if not isinstance(peaks, dict):
-        raise bad("peak_tflops", "must be an object mapping math mode -> TFLOPS or null")
+        raise _bad(p, "peak_tflops", "must be an object mapping math mode -> TFLOPS or null")
     for mode in MATH_MODES:
         if mode not in peaks:
-            raise bad(f"peak_tflops.{mode}", "is missing (use null where there is no hardware path)")
+            raise _bad(p, f"peak_tflops.{mode}", "is missing (use null where there is no hardware path)")
     for mode, v in peaks.items():
         if mode not in MATH_MODES:
-            raise bad(f"peak_tflops.{mode}", f"is not a known math mode ({', '.join(MATH_MODES)})")
+            raise _bad(p, f"peak_tflops.{mode}", f"is not a known math mode ({', '.join(MATH_MODES)})")
         if v is not None and (not _is_number(v) or v <= 0):
-            raise bad(f"peak_tflops.{mode}", f"must be a positive number or null; got {v!r}")
+            raise _bad(p, f"peak_tflops.{mode}", f"must be a positive number or null; got {v!r}")
     if peaks["fp32"] is None:
-        raise bad("peak_tflops.fp32", "must not be null")
-    tensor_cores = req("tensor_cores")
+        raise _bad(p, "peak_tflops.fp32", "must not be null")
+    return peaks
+
+
+def _core_fields(p: Path, data: dict[str, Any]) -> tuple[bool, int | None, int]:
+    """The checked tensor_cores flag, tensor-core generation and FP32 lanes per SM."""
+    tensor_cores = _req(p, data, "tensor_cores")
     if not isinstance(tensor_cores, bool):
-        raise bad("tensor_cores", f"must be true or false; got {tensor_cores!r}")
-
-    gen = req("tensor_core_generation")
+        raise _bad(p, "tensor_cores", f"must be true or false; got {tensor_cores!r}")
+    gen = _req(p, data, "tensor_core_generation")
     if gen is not None and (not isinstance(gen, int) or isinstance(gen, bool) or gen < 1):
-        raise bad("tensor_core_generation", f"must be a positive integer or null; got {gen!r}")
+        raise _bad(p, "tensor_core_generation", f"must be a positive integer or null; got {gen!r}")
     if (gen is None) == tensor_cores:
-        raise bad("tensor_core_generation", "must be null exactly when tensor_cores is false")
-    lanes = req("fp32_lanes_per_sm")
+        raise _bad(p, "tensor_core_generation", "must be null exactly when tensor_cores is false")
+    lanes = _req(p, data, "fp32_lanes_per_sm")
     if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes <= 0:
-        raise bad("fp32_lanes_per_sm", f"must be a positive integer; got {lanes!r}")
-    memory_type = req("memory_type")
-    if memory_type not in MEMORY_TYPES:
-        raise bad("memory_type", f"must be one of {', '.join(MEMORY_TYPES)}; got {memory_type!r}")
+        raise _bad(p, "fp32_lanes_per_sm", f"must be a positive integer; got {lanes!r}")
+    return tensor_cores, gen, lanes
 
+
+def _memory_fields(p: Path, data: dict[str, Any]) -> tuple[str, int | None]:
+    """The checked memory type and the optional measured memory_total_bytes."""
+    memory_type = _req(p, data, "memory_type")
+    if memory_type not in MEMORY_TYPES:
+        raise _bad(p, "memory_type", f"must be one of {', '.join(MEMORY_TYPES)}; got {memory_type!r}")
     total = data.get("memory_total_bytes")
     if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total <= 0):
-        raise bad("memory_total_bytes", f"must be a positive integer (bytes) when given; got {total!r}")
+        raise _bad(p, "memory_total_bytes", f"must be a positive integer (bytes) when given; got {total!r}")
+    return memory_type, total
 
-    sources = req("sources")
+
+def _sources(p: Path, data: dict[str, Any], total: int | None) -> dict[str, str]:
+    """The checked sources object: a citation for every sourced field (memory_total_bytes when given)."""
+    sources = _req(p, data, "sources")
     if not isinstance(sources, dict) or not all(
         isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in sources.items()
     ):
-        raise bad("sources", "must be an object mapping field name -> non-empty citation string")
+        raise _bad(p, "sources", "must be an object mapping field name -> non-empty citation string")
     for key in SOURCED_FIELDS + (("memory_total_bytes",) if total is not None else ()):
         if key not in sources:
-            raise bad(f"sources.{key}", "is missing: every number needs a named source")
+            raise _bad(p, f"sources.{key}", "is missing: every number needs a named source")
+    return sources
 
+
+def load_gpu_file(path: str | os.PathLike[str]) -> GPUSpec:
+    """Load and validate one GPU JSON file. Raises :class:`CatalogError` naming the file and
+    the missing or bad field."""
+    p = Path(path)
+    data = _read_gpu_json(p)
+    # One fixed order of checks: a file with several faults always names the same first one.
+    name, aliases, arch, cc = _identity_fields(p, data)
+    nums = _numeric_fields(p, data)
+    peaks = _peak_tflops(p, data)
+    tensor_cores, gen, lanes = _core_fields(p, data)
+    memory_type, total = _memory_fields(p, data)
+    sources = _sources(p, data, total)
     return GPUSpec(
         name=name.strip(),
         aliases=tuple(a.strip() for a in aliases),

@@ -230,36 +230,33 @@ def _overall_bound(times: DeviceTimes, timeline: Timeline) -> str:
     return max(parts, key=parts.get)
 
 
-def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = None, *,
-                   profile: Any = None, launch: str = "eager", power_limit: float | None = None,
-                   host_scale: float = 1.0, warn: bool = True) -> Estimate:
-    """Price a traced graph; see `estimate` for the arguments."""
+def _check_pricing_args(launch: str, host_scale: float) -> None:
+    """Raises ValueError for an unknown launch or a host_scale that is not a finite number >= 0."""
     if launch not in LAUNCHES:
         raise ValueError(f"unknown launch {launch!r}; accepted: {', '.join(LAUNCHES)}")
     if not (isinstance(host_scale, (int, float)) and math.isfinite(host_scale) and host_scale >= 0):
         raise ValueError(f"host_scale must be a finite number >= 0, got {host_scale!r}")
-    spec = gpu if isinstance(gpu, GPUSpec) else get_gpu(gpu)
-    clock_mhz = spec.max_clock_mhz if clock is None else spec.check_clock(clock)
-    limit_w = spec.tdp_w if power_limit is None else spec.check_power_limit(power_limit)
-    table = node_table(graph)
-    choice = choose_profile(spec, profile)
-    clocks = _phase_capped_clocks(table, spec, clock_mhz, limit_w, choice, launch)
-    times, timeline, power, notes = _price(table, spec, clocks, choice, launch, host_scale)
-    if warn:
-        warn_notes(notes)
-    if choice.source != "measured":
-        notes = [choice.note, *notes]
-    if choice.power_note:
-        notes.append(choice.power_note)
-    if power is not None and len(table):
-        for p, avg in _phase_power(table, times, power).items():
-            clk = clocks[table.phase == p]
-            if avg > limit_w * 1.001 and float(clk.max()) <= spec.min_clock_mhz * HW_SLOWDOWN_FLOOR + 1e-6:
-                notes.append(f"the {p} phase draws {avg:.0f} W even fully throttled: the {limit_w:g} W limit "
-                             "cannot be met according to this power model")
-            elif float(clk.max()) < spec.min_clock_mhz - 1e-6:
-                notes.append(f"the {p} phase runs below the lowest supported clock ({float(clk.max()):.0f} < "
-                             f"{spec.min_clock_mhz:g} MHz) to meet {limit_w:g} W, as hardware slowdown does")
+
+
+def _power_limit_notes(table: NodeTable, spec: GPUSpec, times: DeviceTimes, power: NodePower, clocks: np.ndarray,
+                       limit_w: float) -> list[str]:
+    """A note per phase the power limit throttles past what the hardware can (or below its lowest clock)."""
+    notes = []
+    for p, avg in _phase_power(table, times, power).items():
+        clk = clocks[table.phase == p]
+        if avg > limit_w * 1.001 and float(clk.max()) <= spec.min_clock_mhz * HW_SLOWDOWN_FLOOR + 1e-6:
+            notes.append(f"the {p} phase draws {avg:.0f} W even fully throttled: the {limit_w:g} W limit "
+                         "cannot be met according to this power model")
+        elif float(clk.max()) < spec.min_clock_mhz - 1e-6:
+            notes.append(f"the {p} phase runs below the lowest supported clock ({float(clk.max()):.0f} < "
+                         f"{spec.min_clock_mhz:g} MHz) to meet {limit_w:g} W, as hardware slowdown does")
+    return notes
+
+
+def _graph_notes(graph: nx.DiGraph, spec: GPUSpec) -> tuple[MemoryEstimate | None, str, list[str]]:
+    """The step's predicted memory, the routing it assumed ("" for a dense model), and the notes on memory,
+    routing and ops priced by their bytes alone."""
+    notes = []
     memory = memory_estimate(graph, spec) if has_memory_facts(graph) else None
     if memory is None:
         notes.append("the graph carries no storage events (traced by an older gpuest): memory is not predicted")
@@ -274,28 +271,36 @@ def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = 
     if unsupported:
         notes.append(f"{sum(unsupported.values())} ops have no cost formula and were priced by their bytes: "
                      + ", ".join(f"{k} x{v}" for k, v in sorted(unsupported.items())))
+    return memory, routing, notes
 
-    n = len(table)
-    if power is not None:
-        node_energy = power.power_w * times.device_s + power.static_w * timeline.wait_s
-        tail = max(timeline.wall_s - (timeline.end_s[-1] if n else 0.0), 0.0)
-        energy = float(node_energy.sum() + (power.static_w[-1] * tail if n else 0.0))
-        power_w = power.power_w
-    else:
-        node_energy = np.full(n, np.nan)
-        power_w = np.full(n, np.nan)
-        energy = float("nan")
-        notes.append("the profile has no power model: energy is not predicted")
-    wall = timeline.wall_s
+
+def _node_energy(times: DeviceTimes, timeline: Timeline, power: NodePower, n: int) -> tuple[np.ndarray, float]:
+    """Energy per node in J (device time at its power, host waits at static power) and the step's total in J,
+    which adds the static power over the host's tail after the last node."""
+    node_energy_j = power.power_w * times.device_s + power.static_w * timeline.wait_s
+    tail_s = max(timeline.wall_s - (timeline.end_s[-1] if n else 0.0), 0.0)
+    energy_j = float(node_energy_j.sum() + (power.static_w[-1] * tail_s if n else 0.0))
+    return node_energy_j, energy_j
+
+
+def _time_sd_s(times: DeviceTimes) -> float:
+    """Standard deviation of the step's device-busy time in s, from its nodes' log-normal uncertainties."""
     # Coefficient uncertainty is shared by all nodes of a category (correlated); residual noise is not.
-    d = times.busy_s   # device-busy time: what the Estimate reports (the timeline also holds the queued gaps)
+    d = times.busy_s
     sys_sd = float((d * times.coef_sd).sum())
     rand_sd = float(np.sqrt(((d * np.sqrt(np.maximum(times.log_sd ** 2 - times.coef_sd ** 2, 0))) ** 2).sum()))
-    sd = math.hypot(sys_sd, rand_sd)
+    return math.hypot(sys_sd, rand_sd)
+
+
+def _per_node_frame(table: NodeTable, times: DeviceTimes, timeline: Timeline, clocks: np.ndarray,
+                    power_w: np.ndarray, node_energy: np.ndarray) -> pd.DataFrame:
+    """Estimate.per_node: one row per node with its op, costs, times (s), bound, clock, power and energy."""
+    n = len(table)
+    d = times.busy_s
     device_total = float(d.sum())
     host_bound_rows = timeline.wait_s > 0
     node_bound = np.where(host_bound_rows & (times.bound != "none"), "host", times.bound)
-    per_node = pd.DataFrame({
+    return pd.DataFrame({
         "node": table.node_ids, "op": table.op, "module": table.module, "phase": table.phase,
         "category": table.category, "math_mode": times.effective_mode, "flops": table.flops,
         "bytes": table.bytes, "kernels": table.kernels, "free": table.free, "supported": table.supported,
@@ -308,11 +313,56 @@ def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = 
         "share": d / max(device_total, 1e-30), "clock_mhz": np.broadcast_to(clocks, (n,)).astype(float),
         "power_w": power_w, "energy_j": node_energy, "extrapolated": times.extrapolated,
     })
+
+
+def _extrapolated_note(times: DeviceTimes) -> str:
+    """The note on nodes outside their fit's calibration data and their share of device time."""
+    d = times.busy_s
+    share = float(d[times.extrapolated].sum() / max(float(d.sum()), 1e-30))
+    return (f"{int(times.extrapolated.sum())} of {len(d)} nodes ({share:.0%} of device time) lie outside the "
+            "calibration data of their fit: their correction is clipped to what the data showed and "
+            "their interval widened (per_node column 'extrapolated')")
+
+
+def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = None, *,
+                   profile: Any = None, launch: str = "eager", power_limit: float | None = None,
+                   host_scale: float = 1.0, warn: bool = True) -> Estimate:
+    """Price a traced graph; see `estimate` for the arguments."""
+    _check_pricing_args(launch, host_scale)
+    spec = gpu if isinstance(gpu, GPUSpec) else get_gpu(gpu)
+    clock_mhz = spec.max_clock_mhz if clock is None else spec.check_clock(clock)
+    limit_w = spec.tdp_w if power_limit is None else spec.check_power_limit(power_limit)
+    table = node_table(graph)
+    choice = choose_profile(spec, profile)
+    clocks = _phase_capped_clocks(table, spec, clock_mhz, limit_w, choice, launch)
+    times, timeline, power, notes = _price(table, spec, clocks, choice, launch, host_scale)
+    if warn:
+        warn_notes(notes)   # here, not in a helper: its stacklevel points at estimate_graph's caller
+    if choice.source != "measured":
+        notes = [choice.note, *notes]
+    if choice.power_note:
+        notes.append(choice.power_note)
+    if power is not None and len(table):
+        notes += _power_limit_notes(table, spec, times, power, clocks, limit_w)
+    memory, routing, graph_notes = _graph_notes(graph, spec)
+    notes += graph_notes
+
+    n = len(table)
+    if power is not None:
+        node_energy, energy = _node_energy(times, timeline, power, n)
+        power_w = power.power_w
+    else:
+        node_energy = np.full(n, np.nan)
+        power_w = np.full(n, np.nan)
+        energy = float("nan")
+        notes.append("the profile has no power model: energy is not predicted")
+    wall = timeline.wall_s
+    sd = _time_sd_s(times)
+    d = times.busy_s   # device-busy time: what the Estimate reports (the timeline also holds the queued gaps)
+    device_total = float(d.sum())
+    per_node = _per_node_frame(table, times, timeline, clocks, power_w, node_energy)
     if times.extrapolated.any():
-        share = float(d[times.extrapolated].sum() / max(device_total, 1e-30))
-        notes.append(f"{int(times.extrapolated.sum())} of {n} nodes ({share:.0%} of device time) lie outside the "
-                     "calibration data of their fit: their correction is clipped to what the data showed and "
-                     "their interval widened (per_node column 'extrapolated')")
+        notes.append(_extrapolated_note(times))
     eff_clock = float((clocks * d).sum() / device_total) if device_total > 0 else clock_mhz
     phase_clocks = {p: float(clocks[table.phase == p][0]) for p in PHASES if (table.phase == p).any()}
     return Estimate(

@@ -118,31 +118,36 @@ def fresh_markdown(df: pd.DataFrame) -> list[str]:
                        "difference", "status"], table), ""]
 
 
-def render_markdown(*, metrics: dict[str, Any], aims: list[dict[str, Any]], df: pd.DataFrame,
-                    rows: list[dict[str, Any]], skipped: list[dict[str, Any]], per_op: list[dict[str, Any]],
-                    result_files: list[Path], out_md: Path, png: Path | None, command: str,
-                    cross: dict[str, tuple[str, str]]) -> str:
-    q_header = [f"{QUANTITIES[q][2]} MAPE / P90" for q in QUANTITIES]
-    L: list[str] = []
-    L.append("# gpuest prediction accuracy")
-    L.append("")
-    L.append(f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} by "
-             f"`gpuest.report.accuracy`. Regenerate with:")
-    L.append("")
-    L.append(f"    {command}")
-    L.append("")
-    L.append("Errors are absolute percentage errors |predicted − measured| / measured; MAPE is their mean, "
-             "P90 their 90th percentile. Measured device-busy time is the union of GPU kernel intervals "
-             "(torch.profiler) per iteration; wall time is the median CUDA-event time of one synchronised "
-             "iteration; energy is the NVML energy counter over a ≥ 2 s window divided by iterations. "
-             f"GPU-bound: measured device busy ≥ {GPU_BOUND_FRACTION:g} × wall time. Rows noted "
-             f"\"{BUSY_WITH_ANNOTATIONS_NOTE}\" were measured before gpuest.calibrate.validate excluded "
-             "annotations from the GPU timeline: their busy time also spans the optimizer step's "
-             "record_function range, idle gaps included (data/README.md: "
-             "validation/H100-SXM-busy-recheck.jsonl sizes it).")
-    L.append("")
-    L.append("## Sources")
-    L.append("")
+def _quantity_header() -> list[str]:
+    """Column titles of the per-quantity MAPE / P90 columns."""
+    return [f"{QUANTITIES[q][2]} MAPE / P90" for q in QUANTITIES]
+
+
+def _intro_lines(command: str) -> list[str]:
+    """The title, the generation stamp, the command that regenerates the report and how errors are defined."""
+    return [
+        "# gpuest prediction accuracy",
+        "",
+        f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} by "
+        f"`gpuest.report.accuracy`. Regenerate with:",
+        "",
+        f"    {command}",
+        "",
+        "Errors are absolute percentage errors |predicted − measured| / measured; MAPE is their mean, "
+        "P90 their 90th percentile. Measured device-busy time is the union of GPU kernel intervals "
+        "(torch.profiler) per iteration; wall time is the median CUDA-event time of one synchronised "
+        "iteration; energy is the NVML energy counter over a ≥ 2 s window divided by iterations. "
+        f"GPU-bound: measured device busy ≥ {GPU_BOUND_FRACTION:g} × wall time. Rows noted "
+        f"\"{BUSY_WITH_ANNOTATIONS_NOTE}\" were measured before gpuest.calibrate.validate excluded "
+        "annotations from the GPU timeline: their busy time also spans the optimizer step's "
+        "record_function range, idle gaps included (data/README.md: "
+        "validation/H100-SXM-busy-recheck.jsonl sizes it).",
+        "",
+    ]
+
+
+def _sources_lines(rows: list[dict[str, Any]], skipped: list[dict[str, Any]], result_files: list[Path]) -> list[str]:
+    """The Sources section: one table row per result file (rows, GPUs, dates, torch, driver) and the counts."""
     by_file: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         by_file[r["_source"]].append(r)
@@ -155,26 +160,29 @@ def render_markdown(*, metrics: dict[str, Any], aims: list[dict[str, Any]], df: 
         src_rows.append([f"`{f}`", len(rs), ", ".join(gpus) or "–",
                          f"{dates[0]}..{dates[-1]}" if dates else "–", prov.get("torch") or "–",
                          prov.get("driver_version") or "–"])
-    L.append(_md_table(["file", "usable rows", "GPUs", "dates", "torch", "driver"], src_rows))
-    L.append("")
     n_held = sum(1 for r in rows if r.get("heldout"))
-    L.append(f"{len(rows)} measured configs used ({n_held} of held-out models), {len(skipped)} skipped. "
-             "Held-out models are never used for fitting or tuning.")
-    L.append("")
+    return ["## Sources", "",
+            _md_table(["file", "usable rows", "GPUs", "dates", "torch", "driver"], src_rows), "",
+            f"{len(rows)} measured configs used ({n_held} of held-out models), {len(skipped)} skipped. "
+            "Held-out models are never used for fitting or tuning.", ""]
 
-    L.append("## Aims")
-    L.append("")
-    L.append("Targets from the validation issue, judged on the MAPE over all configs and over held-out models "
-             "only. \"no data\" means no measured row covers the aim (e.g. no calibrated profile or no second "
-             "GPU yet); it is not a pass.")
-    L.append("")
+
+def _aims_lines(aims: list[dict[str, Any]]) -> list[str]:
+    """The Aims section: each aim's target, MAPE, n and status."""
     aim_rows = []
     for a in aims:
         status = "no data" if a["met"] is None else ("**met**" if a["met"] else "**not met**")
         aim_rows.append([a["aim"], a["scope"], f"≤ {a['target_pct']:g} %", _pct(a["mape_pct"]), a["n"], status])
-    L.append(_md_table(["aim", "scope", "target", "MAPE", "n", "status"], aim_rows))
-    L.append("")
-    L.extend(test_split_markdown(df))
+    return ["## Aims", "",
+            "Targets from the validation issue, judged on the MAPE over all configs and over held-out models "
+            "only. \"no data\" means no measured row covers the aim (e.g. no calibrated profile or no second "
+            "GPU yet); it is not a pass.", "",
+            _md_table(["aim", "scope", "target", "MAPE", "n", "status"], aim_rows), ""]
+
+
+def _profiles_used_lines(metrics: dict[str, Any], cross: dict[str, tuple[str, str]]) -> list[str]:
+    """Which profiles the calibrated predictor used, and the cross-GPU pairs (or why there are none)."""
+    L: list[str] = []
     cal = metrics.get("calibrated", {})
     if cal:
         sources = cal.get("profile_sources", {})
@@ -190,9 +198,11 @@ def render_markdown(*, metrics: dict[str, Any], aims: list[dict[str, Any]], df: 
         L.append("Cross-GPU: no sibling profile (H100 / H200) is present in gpuest/profiles/, so the cross-GPU "
                  "check was skipped.")
     L.append("")
+    return L
 
-    L.append("## Summary by predictor")
-    L.append("")
+
+def _summary_lines(metrics: dict[str, Any]) -> list[str]:
+    """The Summary by predictor section: MAPE / P90 of each predictor over four subsets of the rows."""
     summ = []
     for predictor in PREDICTORS:
         e = metrics.get(predictor)
@@ -204,40 +214,46 @@ def render_markdown(*, metrics: dict[str, Any], aims: list[dict[str, Any]], df: 
                 s = e[scope][q]
                 row.append(f"{_pct(s['mape'])} / {_pct(s['p90'])} (n={s['n']})" if s["n"] else "–")
             summ.append(row)
-    L.append(_md_table(["predictor", "subset", *q_header], summ))
-    L.append("")
-    L.append("Baselines: `roofline` is a plain roofline with catalogue peaks (no calibration, no launch or host "
-             "cost); `prior` is gpuest's uncalibrated prior.")
-    L.append("")
-    L.extend(fresh_markdown(df))
+    return ["## Summary by predictor", "",
+            _md_table(["predictor", "subset", *_quantity_header()], summ), "",
+            "Baselines: `roofline` is a plain roofline with catalogue peaks (no calibration, no launch or host "
+            "cost); `prior` is gpuest's uncalibrated prior.", ""]
 
+
+def _splits_lines(metrics: dict[str, Any]) -> list[str]:
+    """One Splits section per calibrated and cross-GPU predictor: its errors by mode, precision, family, ..."""
+    L: list[str] = []
     for predictor in ("calibrated", "cross_gpu"):
         e = metrics.get(predictor)
         if not e:
             continue
-        L.append(f"## Splits: {predictor}")
-        L.append("")
         split_rows = []
         for split in SPLITS:
             split_rows += _stats_rows(e[f"by_{split}"], f"{split.replace('_label', '')}: ")
-        L.append(_md_table(["group", *q_header], split_rows))
-        L.append("")
+        L += [f"## Splits: {predictor}", "", _md_table(["group", *_quantity_header()], split_rows), ""]
+    return L
 
-    L.append("## Held-out models")
-    L.append("")
+
+def _heldout_lines(metrics: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """The Held-out models section: their names and the calibrated predictor's errors on them."""
+    L = ["## Held-out models", ""]
+    cal = metrics.get("calibrated", {})
     held_models = sorted({r["model"] for r in rows if r.get("heldout")})
     if held_models:
         L.append("Models: " + ", ".join(f"`{m}`" for m in held_models))
         L.append("")
         if cal:
-            L.append(_md_table(["held-out subset", *q_header],
+            L.append(_md_table(["held-out subset", *_quantity_header()],
                                _stats_rows({"all": cal["heldout"], "GPU-bound": cal["gpu_bound_heldout"]}, "")))
     else:
         L.append("No held-out model was measured.")
     L.append("")
+    return L
 
-    L.append("## Per-config results (calibrated predictor)")
-    L.append("")
+
+def _per_config_lines(df: pd.DataFrame) -> list[str]:
+    """The Per-config results section: measured and predicted busy time, wall time and energy of every row."""
+    L = ["## Per-config results (calibrated predictor)", ""]
     if len(df):
         c = df[df["predictor"] == "calibrated"].sort_values(["gpu", "family", "model", "batch", "mode", "precision"])
         crow = []
@@ -251,50 +267,75 @@ def render_markdown(*, metrics: dict[str, Any], aims: list[dict[str, Any]], df: 
         L.append(_md_table(["config", "GPU", "busy meas", "busy pred", "err", "wall meas", "wall pred", "err",
                             "energy meas", "energy pred", "err", "GPU-bound", "note"], crow))
     L.append("")
+    return L
 
-    if per_op:
-        L.append("## Per-op device time (calibrated predictor)")
-        L.append("")
-        L.append("The profiler's top-level ATen ops of one iteration are aligned with the graph's nodes by sequence "
-                 "matching on normalised names (composite ops such as `aten::linear` are expanded into the ATen "
-                 "ops the graph records below autograd); only matched ops are compared. Coverage = measured time "
-                 "of the matched ops / whole-network device-busy time of that iteration (the thesis-style check "
-                 "that per-op times add up to the network). Op errors count ops ≥ 5 µs.")
-        L.append("")
-        prow = []
-        for p in per_op:
-            prow.append([f"`{p['key']}`", p["gpu"], f"{p['n_matched']}/{p['n_measured_ops']}",
-                         f"{p['matched_measured_us'] / 1e3:.3f} ms", f"{p['matched_predicted_us'] / 1e3:.3f} ms",
-                         f"{p['whole_network_measured_us'] / 1e3:.3f} ms", _pct(p["coverage_pct"]),
-                         _pct(p["matched_sum_error_pct"]), _pct(p["weighted_ape_pct"]), _pct(p["op_mape_pct"])])
-        L.append(_md_table(["config", "GPU", "matched ops", "matched meas", "matched pred", "network meas",
-                            "coverage", "sum error", "time-weighted op APE", "op MAPE"], prow))
-        L.append("")
-        for p in per_op:
-            L.append(f"Top ops of `{p['key']}` on {p['gpu']}:")
-            L.append("")
-            L.append(_md_table(["op", "count", "measured", "predicted", "pred/meas"],
-                               [[f"`{name}`", n, f"{m / 1e3:.3f} ms", f"{pr / 1e3:.3f} ms",
-                                 f"{pr / m:.2f}" if m else "–"] for name, n, m, pr in p["by_op"][:10]]))
-            L.append("")
 
-    if skipped:
-        L.append("## Skipped rows")
-        L.append("")
-        L.append(_md_table(["config", "GPU", "reason"],
-                           [[f"`{s['key']}`", s["gpu"], s["reason"]]
-                            for s in skipped]))
-        L.append("")
-    if png is not None:
-        L.append("## Predicted vs measured")
-        L.append("")
-        try:
-            rel = Path(png).resolve().relative_to(Path(out_md).resolve().parent)
-        except ValueError:
-            rel = Path(png)
-        L.append(f"![predicted vs measured]({rel.as_posix()})")
-        L.append("")
-    return "\n".join(L)
+def _per_op_lines(per_op: list[dict[str, Any]]) -> list[str]:
+    """The Per-op device time section (empty without per-op rows): coverage per config, then its top ops."""
+    if not per_op:
+        return []
+    L = ["## Per-op device time (calibrated predictor)", "",
+         "The profiler's top-level ATen ops of one iteration are aligned with the graph's nodes by sequence "
+         "matching on normalised names (composite ops such as `aten::linear` are expanded into the ATen "
+         "ops the graph records below autograd); only matched ops are compared. Coverage = measured time "
+         "of the matched ops / whole-network device-busy time of that iteration (the thesis-style check "
+         "that per-op times add up to the network). Op errors count ops ≥ 5 µs.", ""]
+    prow = []
+    for p in per_op:
+        prow.append([f"`{p['key']}`", p["gpu"], f"{p['n_matched']}/{p['n_measured_ops']}",
+                     f"{p['matched_measured_us'] / 1e3:.3f} ms", f"{p['matched_predicted_us'] / 1e3:.3f} ms",
+                     f"{p['whole_network_measured_us'] / 1e3:.3f} ms", _pct(p["coverage_pct"]),
+                     _pct(p["matched_sum_error_pct"]), _pct(p["weighted_ape_pct"]), _pct(p["op_mape_pct"])])
+    L.append(_md_table(["config", "GPU", "matched ops", "matched meas", "matched pred", "network meas",
+                        "coverage", "sum error", "time-weighted op APE", "op MAPE"], prow))
+    L.append("")
+    for p in per_op:
+        L += [f"Top ops of `{p['key']}` on {p['gpu']}:", "",
+              _md_table(["op", "count", "measured", "predicted", "pred/meas"],
+                        [[f"`{name}`", n, f"{m / 1e3:.3f} ms", f"{pr / 1e3:.3f} ms",
+                          f"{pr / m:.2f}" if m else "–"] for name, n, m, pr in p["by_op"][:10]]), ""]
+    return L
+
+
+def _skipped_lines(skipped: list[dict[str, Any]]) -> list[str]:
+    """The Skipped rows section (empty when none was skipped): each row's config, GPU and reason."""
+    if not skipped:
+        return []
+    return ["## Skipped rows", "",
+            _md_table(["config", "GPU", "reason"], [[f"`{s['key']}`", s["gpu"], s["reason"]] for s in skipped]), ""]
+
+
+def _scatter_lines(png: Path | None, out_md: Path) -> list[str]:
+    """The Predicted vs measured section (empty without a PNG): the scatter plot, linked relative to the report."""
+    if png is None:
+        return []
+    try:
+        rel = Path(png).resolve().relative_to(Path(out_md).resolve().parent)
+    except ValueError:
+        rel = Path(png)
+    return ["## Predicted vs measured", "", f"![predicted vs measured]({rel.as_posix()})", ""]
+
+
+def render_markdown(*, metrics: dict[str, Any], aims: list[dict[str, Any]], df: pd.DataFrame,
+                    rows: list[dict[str, Any]], skipped: list[dict[str, Any]], per_op: list[dict[str, Any]],
+                    result_files: list[Path], out_md: Path, png: Path | None, command: str,
+                    cross: dict[str, tuple[str, str]]) -> str:
+    """The accuracy report's markdown, one section after another (each section's lines from its helper)."""
+    return "\n".join([
+        *_intro_lines(command),
+        *_sources_lines(rows, skipped, result_files),
+        *_aims_lines(aims),
+        *test_split_markdown(df),
+        *_profiles_used_lines(metrics, cross),
+        *_summary_lines(metrics),
+        *fresh_markdown(df),
+        *_splits_lines(metrics),
+        *_heldout_lines(metrics, rows),
+        *_per_config_lines(df),
+        *_per_op_lines(per_op),
+        *_skipped_lines(skipped),
+        *_scatter_lines(png, out_md),
+    ])
 
 
 def scatter_png(df: pd.DataFrame, png: Path) -> None:

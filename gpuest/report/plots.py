@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 if TYPE_CHECKING:
+    from ..catalog import GPUSpec
     from ..price.estimate import Estimate
 
 # Fixed colours per category, so the same category looks the same in every plot and report.
@@ -47,43 +48,40 @@ def _fmt_flops(v: float) -> str:
     return f"{v:.3g} FLOP/s"
 
 
-def roofline_plot(est: "Estimate", path: str | Path, label_top: int = 8) -> Path:
-    """Roofline of `est` on its GPU at `est.clock_mhz`, written to `path` (PNG/SVG/PDF by extension).
-
-    x: arithmetic intensity (FLOP/byte), y: achieved FLOP/s = flops / predicted time; marker area is
-    proportional to predicted time, colour is the op category; the `label_top` slowest ops are labelled.
-    Metadata-only nodes and ops with no FLOPs or no bytes are left out (they have no place on a roofline).
-    """
-    from ..catalog import get_gpu
-
-    path = Path(path)
-    gpu = get_gpu(est.gpu)
-    df = est.per_node
+def _plotted_ops(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The ops a roofline can place (FLOPs, bytes and time), with `ai` (FLOP/byte) and `achieved` (FLOP/s)
+    columns, and how many timed ops it leaves out."""
     ops = df[(~df["free"]) & (df["flops"] > 0) & (df["bytes"] > 0) & (df["time_s"] > 0)].copy()
     ops["ai"] = ops["flops"] / ops["bytes"]
     ops["achieved"] = ops["flops"] / ops["time_s"]
     skipped = int(((~df["free"]) & (df["time_s"] > 0)).sum() - len(ops))
+    return ops, skipped
 
-    bw = gpu.memory_bandwidth_bytes_per_s
+
+def _roof_peaks(gpu: "GPUSpec", ops: pd.DataFrame, clock_mhz: float) -> tuple[list[str], dict[str, float]]:
+    """The math modes the ops use (fp32 if none), highest peak first, and each mode's peak in FLOP/s."""
     modes = [m for m in dict.fromkeys(ops["math_mode"]) if m in gpu.available_math_modes] or ["fp32"]
-    peaks = {m: gpu.peak_flops_per_s(m, est.clock_mhz) for m in modes}
+    peaks = {m: gpu.peak_flops_per_s(m, clock_mhz) for m in modes}
     modes.sort(key=lambda m: -peaks[m])
+    return modes, peaks
 
-    # Axis span: cover the ops and every ridge point with a margin, in whole decades.
+
+def _axis_limits(ops: pd.DataFrame, peaks: dict[str, float], bw: float) -> tuple[float, float, float, float]:
+    """x_lo, x_hi (FLOP/byte), y_lo, y_hi (FLOP/s): the ops and every ridge point with a margin, in whole decades."""
     ridges = [p / bw for p in peaks.values()]
     xs = [*ops["ai"], *ridges] or [1.0]
     x_lo = 10 ** math.floor(math.log10(max(min(xs), 1e-3)) - 0.3)
     x_hi = 10 ** math.ceil(math.log10(max(xs)) + 0.3)
-    # A few tiny ops (a 16-element add) reach ~1e5 FLOP/s; showing them to scale would squash the
-    # interesting decades, so they sit at a floor five decades under the top roof and are counted in the note.
-    floor = max(peaks.values()) * 1e-5
-    below = int((ops["achieved"] < floor).sum())
-    ops["shown"] = ops["achieved"].clip(lower=floor)
     ys = [*ops["shown"], *peaks.values(), bw * x_lo]
     y_lo = 10 ** math.floor(math.log10(max(min(ys), 1.0)) - 0.2)
     y_hi = 10 ** math.ceil(math.log10(max(ys)) + 0.3)
+    return x_lo, x_hi, y_lo, y_hi
 
-    fig, (ax, key_ax) = plt.subplots(1, 2, figsize=(12.5, 6.5), dpi=110, gridspec_kw={"width_ratios": [3.2, 1]})
+
+def _draw_roofs(ax: "plt.Axes", gpu: "GPUSpec", modes: list[str], peaks: dict[str, float], x_lo: float,
+                x_hi: float) -> None:
+    """Draws the memory roof and one compute roof per math mode, each peak annotated at its ridge point."""
+    bw = gpu.memory_bandwidth_bytes_per_s
     x = np.logspace(math.log10(x_lo), math.log10(x_hi), 400)
     ax.plot(x, np.minimum(bw * x, max(peaks.values())), color="black", lw=1.8, zorder=2,
             label=f"memory roof {gpu.memory_bandwidth_gb_s:.0f} GB/s")
@@ -95,35 +93,39 @@ def roofline_plot(est: "Estimate", path: str | Path, label_top: int = 8) -> Path
         ax.annotate(f"{m} peak", (ridge, peaks[m]), xytext=(-4, 3), textcoords="offset points", ha="right",
                     va="bottom", fontsize=9)
 
-    key_lines: list[str] = []
-    if len(ops):
-        t_max = float(ops["time_s"].max())
-        sizes = 12 + 400 * ops["time_s"] / t_max  # area proportional to predicted time, smallest still visible
-        for cat, group in sorted(ops.groupby("category"), key=lambda kv: -kv[1]["time_s"].sum()):
-            share = 100 * group["time_s"].sum() / max(est.device_time_s, 1e-30)
-            ax.scatter(group["ai"], group["shown"], s=sizes[group.index], c=[_colour(cat)], alpha=0.65,
-                       edgecolors="black", linewidths=0.4, zorder=3, label=f"{cat} ({share:.0f}% of time)")
-        # Hot ops get numbers at the points and a key beside the plot: repeated layers sit on the same
-        # spot, so free-floating text labels would pile up unreadably.
-        top = ops.nlargest(label_top, "time_s")
-        spots: dict[tuple[float, float], list[int]] = {}
-        for k, r in enumerate(top.itertuples(), start=1):
-            lx, ly = math.log10(r.ai), math.log10(r.shown)
-            # Ops within ~0.1 decade share one label: separate labels there would print over each other.
-            near = next((s for s in spots if abs(s[0] - lx) < 0.12 and abs(s[1] - ly) < 0.12), (lx, ly))
-            spots.setdefault(near, []).append(k)
-            name = r.op.removeprefix("aten.").split(".")[0]
-            key_lines.append(f"{k:>2}  {name[:22]}\n    {(r.module or '(top level)')[-28:]}  "
-                             f"{r.time_s * 1e6:.1f} us, {r.phase}")
-        for (lx, ly), ks in spots.items():
-            ax.annotate(",".join(map(str, ks)), (10 ** lx, 10 ** ly), xytext=(6, 6), textcoords="offset points",
-                        fontsize=8, fontweight="bold", zorder=4,
-                        bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="#888888", lw=0.5, alpha=0.85))
-    key_ax.axis("off")
-    if key_lines:
-        key_ax.text(0.0, 1.0, f"slowest {len(key_lines)} ops (predicted time)\n\n" + "\n".join(key_lines),
-                    transform=key_ax.transAxes, va="top", ha="left", fontsize=8, family="monospace")
 
+def _draw_ops(ax: "plt.Axes", ops: pd.DataFrame, device_time_s: float, label_top: int) -> list[str]:
+    """Draws the ops by category, numbers the `label_top` slowest; returns the key's line for each of them."""
+    key_lines: list[str] = []
+    if not len(ops):
+        return key_lines
+    t_max = float(ops["time_s"].max())
+    sizes = 12 + 400 * ops["time_s"] / t_max  # area proportional to predicted time, smallest still visible
+    for cat, group in sorted(ops.groupby("category"), key=lambda kv: -kv[1]["time_s"].sum()):
+        share = 100 * group["time_s"].sum() / max(device_time_s, 1e-30)
+        ax.scatter(group["ai"], group["shown"], s=sizes[group.index], c=[_colour(cat)], alpha=0.65,
+                   edgecolors="black", linewidths=0.4, zorder=3, label=f"{cat} ({share:.0f}% of time)")
+    # Hot ops get numbers at the points and a key beside the plot: repeated layers sit on the same
+    # spot, so free-floating text labels would pile up unreadably.
+    top = ops.nlargest(label_top, "time_s")
+    spots: dict[tuple[float, float], list[int]] = {}
+    for k, r in enumerate(top.itertuples(), start=1):
+        lx, ly = math.log10(r.ai), math.log10(r.shown)
+        # Ops within ~0.1 decade share one label: separate labels there would print over each other.
+        near = next((s for s in spots if abs(s[0] - lx) < 0.12 and abs(s[1] - ly) < 0.12), (lx, ly))
+        spots.setdefault(near, []).append(k)
+        name = r.op.removeprefix("aten.").split(".")[0]
+        key_lines.append(f"{k:>2}  {name[:22]}\n    {(r.module or '(top level)')[-28:]}  "
+                         f"{r.time_s * 1e6:.1f} us, {r.phase}")
+    for (lx, ly), ks in spots.items():
+        ax.annotate(",".join(map(str, ks)), (10 ** lx, 10 ** ly), xytext=(6, 6), textcoords="offset points",
+                    fontsize=8, fontweight="bold", zorder=4,
+                    bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="#888888", lw=0.5, alpha=0.85))
+    return key_lines
+
+
+def _style_axes(ax: "plt.Axes", x_lo: float, x_hi: float, y_lo: float, y_hi: float) -> None:
+    """Sets the log scales, limits, axis labels and grids of the roofline axes."""
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(x_lo, x_hi)
@@ -132,14 +134,20 @@ def roofline_plot(est: "Estimate", path: str | Path, label_top: int = 8) -> Path
     ax.set_ylabel("achieved FLOP/s (predicted)")
     ax.grid(True, which="major", alpha=0.3)
     ax.grid(True, which="minor", alpha=0.08)
-    title = (f"{est.model} [{est.mode}, {est.precision}, batch {est.batch}] on {est.gpu} @ {est.clock_mhz:.0f} MHz")
-    fig.suptitle(title, fontsize=11)
+
+
+def _plot_note(skipped: int, below: int, floor: float) -> str:
+    """The note in the plot's corner: what marker area means and which ops are not drawn to scale."""
     note = "marker area ∝ predicted time"
     if skipped:
         note += f"; {_ops(skipped)} without FLOPs not shown"
     if below:
         note += f"; {_ops(below)} below {_fmt_flops(floor)} drawn at the bottom"
-    ax.text(0.01, 0.99, note, transform=ax.transAxes, fontsize=8, va="top", color="#444444")
+    return note
+
+
+def _draw_legend(ax: "plt.Axes", key_ax: "plt.Axes") -> None:
+    """Draws the roofline's legend in the key axes, with equal-size markers."""
     # The legend lives beside the plot: inside it would hide the ops that sit on the memory roof.
     handles, labels = ax.get_legend_handles_labels()
     legend = key_ax.legend(handles, labels, loc="lower left", bbox_to_anchor=(0.0, 0.0), fontsize=8,
@@ -147,6 +155,41 @@ def roofline_plot(est: "Estimate", path: str | Path, label_top: int = 8) -> Path
     for handle in legend.legend_handles:  # equal-size markers in the legend whatever the op times
         if hasattr(handle, "set_sizes"):
             handle.set_sizes([40])
+
+
+def roofline_plot(est: "Estimate", path: str | Path, label_top: int = 8) -> Path:
+    """Roofline of `est` on its GPU at `est.clock_mhz`, written to `path` (PNG/SVG/PDF by extension).
+
+    x: arithmetic intensity (FLOP/byte), y: achieved FLOP/s = flops / predicted time; marker area is
+    proportional to predicted time, colour is the op category; the `label_top` slowest ops are labelled.
+    Metadata-only nodes and ops with no FLOPs or no bytes are left out (they have no place on a roofline).
+    """
+    from ..catalog import get_gpu
+
+    path = Path(path)
+    gpu = get_gpu(est.gpu)
+    ops, skipped = _plotted_ops(est.per_node)
+    modes, peaks = _roof_peaks(gpu, ops, est.clock_mhz)
+    # A few tiny ops (a 16-element add) reach ~1e5 FLOP/s; showing them to scale would squash the
+    # interesting decades, so they sit at a floor five decades under the top roof and are counted in the note.
+    floor = max(peaks.values()) * 1e-5
+    below = int((ops["achieved"] < floor).sum())
+    ops["shown"] = ops["achieved"].clip(lower=floor)
+    x_lo, x_hi, y_lo, y_hi = _axis_limits(ops, peaks, gpu.memory_bandwidth_bytes_per_s)
+
+    fig, (ax, key_ax) = plt.subplots(1, 2, figsize=(12.5, 6.5), dpi=110, gridspec_kw={"width_ratios": [3.2, 1]})
+    _draw_roofs(ax, gpu, modes, peaks, x_lo, x_hi)
+    key_lines = _draw_ops(ax, ops, est.device_time_s, label_top)
+    key_ax.axis("off")
+    if key_lines:
+        key_ax.text(0.0, 1.0, f"slowest {len(key_lines)} ops (predicted time)\n\n" + "\n".join(key_lines),
+                    transform=key_ax.transAxes, va="top", ha="left", fontsize=8, family="monospace")
+    _style_axes(ax, x_lo, x_hi, y_lo, y_hi)
+    title = (f"{est.model} [{est.mode}, {est.precision}, batch {est.batch}] on {est.gpu} @ {est.clock_mhz:.0f} MHz")
+    fig.suptitle(title, fontsize=11)
+    ax.text(0.01, 0.99, _plot_note(skipped, below, floor), transform=ax.transAxes, fontsize=8, va="top",
+            color="#444444")
+    _draw_legend(ax, key_ax)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
