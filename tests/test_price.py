@@ -538,9 +538,12 @@ def test_layout_and_window_features():
     big = {**base, "op": "aten.add.Tensor", "category": "elementwise", "broadcast": True, "bytes_read": 4e9}
     r = _features_of([{**big, "broadcast_run": 49}, {**big, "broadcast_run": 3136}, {**big, "broadcast_run": 1},
                       {**big, "broadcast": False, "broadcast_run": 0},
-                      {**big, "broadcast_run": 49, "bytes_read": 1e3, "bytes_written": 1e3}])
+                      {**big, "broadcast_run": 49, "bytes_read": 1e3, "bytes_written": 1e3},
+                      {**big, "broadcast_run": 2}])
     assert r["log_broadcast_run"][0] == pytest.approx(math.log2(49 / BROADCAST_RUN_REF), rel=1e-3)
-    assert list(r["log_broadcast_run"][1:4]) == [0.0, pytest.approx(-8.0, rel=1e-3), 0.0]  # streams; capped; none
+    # streams; a value per element (channels-last, a last-dim bias) is read as a vector: no run; none
+    assert list(r["log_broadcast_run"][1:4]) == [0.0, 0.0, 0.0]
+    assert r["log_broadcast_run"][5] == pytest.approx(-7.0, rel=1e-3)    # the shortest run, capped at -8
     # an op of a few KB is fixed cost, not streaming: its runs hardly matter
     assert r["log_broadcast_run"][0] < 100 * r["log_broadcast_run"][4] < 0.0
     # bytes written over bytes moved, centred, for streaming ops only: a widening cast writes more

@@ -49,7 +49,9 @@ MIN_ROWS_PER_OP = 10
 MIN_ROWS_PER_OP_IN_MODE = 6
 ROWS_PER_COEF = 2               # a fit gets at most one coefficient per this many benchmarks
 CHILD_ROWS_PER_COEF = 4         # ... and a fit pooled with its parent one correction per this many
-MAX_CONDITION = 1e3             # largest condition number of a fit's (column-scaled) design
+# Largest condition number of a fit's column-scaled design: near-collinear flags get slopes that cancel
+# on every benchmark and blow up on a combination none has (docs/DESIGN.md 3.5).
+MAX_CONDITION = 1e2
 MIN_FEATURE_SPREAD = 0.1        # feature units (log2 / flags) by which a sample must differ to count as
 MIN_ROWS_APART = 3              # ... varying that feature, and how many must
 TINY_BYTES = 64 * 1024          # a kernel moving less than this is pure latency on any modern GPU
