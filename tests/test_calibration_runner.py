@@ -378,3 +378,14 @@ def test_sampling_stops_once_the_median_is_known() -> None:
     assert not timing._median_known(tight, None)
     r = timing.time_op(lambda: None, [()], repeats=10, target_total_ms=1e9, max_repeats=60, rel_precision=None)
     assert r.n == 60
+
+
+def test_a_budget_the_host_probes_use_up_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """A budget no longer than the host probes' reserve plus start-up would stop before its first benchmark
+    (the plan still lists some): it gets a specific error naming what is accepted, and no file is written."""
+    from gpuest.calibrate.budget import FIXED_START_S
+    from gpuest.calibrate.runner import HOST_PROBE_RESERVE_S
+    out = tmp_path / "c.jsonl"
+    with pytest.raises(CalibrationError, match="leaves no time for benchmarks.*--no-host-probes"):
+        run_suite(out, budget_s=HOST_PROBE_RESERVE_S + FIXED_START_S, progress=False)
+    assert not out.exists() and not meta_path(out).exists()

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from .nvml_monitor import FakePowerMonitor, NvmlUnavailableError, PowerMeasurement, PowerMonitor
-from .budget import SUITE_BUDGET_S, SUITES, Plan, run_plan, suite_version
+from .budget import FIXED_START_S, SUITE_BUDGET_S, SUITES, Plan, run_plan, suite_version
 from .suite import BUSY_CALLS, Benchmark, Built, TraceSpec, _FnModule, all_benchmarks
 from .timing import device_busy_ms, host_dispatch_us, input_bytes, l2_cache_bytes, rotation_for, time_op
 from ..annotate.registry import node_attr_names
@@ -401,6 +401,8 @@ def run_suite(out_path: str | os.PathLike[str], *, suite: str = "quick", budget_
     on_row: called with each row after it is written (progress hooks, tests).
     """
     out = Path(out_path)
+    probing = host_probes if host_probes is not None else categories is None
+    _check_budget(budget_s, probing and not dry_run)
     existing = _check_can_start(out, resume, dry_run)
     device = torch.device("cpu") if dry_run else torch.device("cuda", torch.cuda.current_device())
     window_s = window_s if window_s is not None else (0.02 if dry_run else 0.6)
@@ -409,7 +411,6 @@ def run_suite(out_path: str | os.PathLike[str], *, suite: str = "quick", budget_
     the_plan = run_plan(suite, budget_s, categories, power=monitor is not None, window_s=window_s, dry_run=dry_run)
     if budget_s is None:
         budget_s = SUITE_BUDGET_S.get(suite, math.inf)
-    probing = host_probes if host_probes is not None else categories is None
     stop_s = budget_s - (HOST_PROBE_RESERVE_S if probing and not dry_run else 0.0)
     done = set(existing)
     todo = [b for b in the_plan.benchmarks if b.name not in done]
@@ -489,6 +490,15 @@ def _check_same_gpu(out: Path, meta: dict[str, Any], device: torch.device, dry_r
         here = torch.cuda.get_device_properties(device).name
         if first_gpu and first_gpu != here:
             raise CalibrationError(f"cannot resume {out}: it was measured on {first_gpu}, this is {here}")
+
+
+def _check_budget(budget_s: float | None, probing: bool) -> None:
+    """Refuses a budget (s) that the host probes' reserve and the start-up leave no benchmark time in."""
+    least_s = HOST_PROBE_RESERVE_S + FIXED_START_S
+    if probing and budget_s is not None and budget_s <= least_s:
+        raise CalibrationError(f"--budget-s {budget_s:g} leaves no time for benchmarks: the host probes reserve "
+                               f"{HOST_PROBE_RESERVE_S:g} s of it and start-up takes about {FIXED_START_S:g} s; "
+                               f"accepted: a budget above {least_s:g} s, or --no-host-probes")
 
 
 def _start_session(out: Path, meta: dict[str, Any], device: torch.device, monitor: Any | None, the_plan: Plan,
