@@ -20,7 +20,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpuest.calibrate.fit import calibration_samples, fit_power, load_raw  # noqa: E402
+from gpuest.calibrate.fit import calibration_samples, load_raw  # noqa: E402
+from gpuest.calibrate.fit_power import fit_power  # noqa: E402
 from gpuest.catalog import get_gpu  # noqa: E402
 from gpuest.evaluate.accuracy import GPU_BOUND_FRACTION, load_results, trace_config, trace_key  # noqa: E402
 from gpuest.evaluate.validation_set import TEST_MODELS  # noqa: E402

@@ -387,7 +387,7 @@ def test_host_fit_scales_the_optimizers_launch_cost_with_the_optimizer_phase(mon
     """The optimizer term of the host fit holds the optimizer's per-op and per-launch costs together,
     so the fitted profile must scale both by that term's coefficient (not the forward one)."""
     import numpy as np
-    import gpuest.calibrate.fit as F
+    import gpuest.calibrate.fit_host as F
     rng = np.random.default_rng(0)
     terms = {i: rng.uniform(1e-4, 1e-2, len(F.HOST_TERMS)) for i in range(12)}
     true = np.array([1.5, 0.8, 3.0, 2e-6, 1e-6, 4e-6])
@@ -407,7 +407,7 @@ def test_host_fit_scales_the_optimizers_launch_cost_with_the_optimizer_phase(mon
 def test_power_is_fitted_on_windows_the_gpu_was_busy_through():
     """A host-paced benchmark (device busy well under its elapsed time) or one that waits for the host
     averages idle gaps into its window: the power regression leaves it out, whatever its category."""
-    from gpuest.calibrate.fit import POWER_BUSY_FRACTION, busy_through_window
+    from gpuest.calibrate.fit_power import POWER_BUSY_FRACTION, busy_through_window
     node = {"op": "aten.add.Tensor", "category": "elementwise", "host_syncs": 0}
     plain = {"time_ms_median": 1.0, "nodes": [node]}
     assert busy_through_window(plain)
@@ -419,7 +419,8 @@ def test_power_is_fitted_on_windows_the_gpu_was_busy_through():
 def test_the_host_fit_of_one_calibration_run_keeps_each_phase_scale_bounded():
     """A default calibration's eight host probes are few runs for six host terms: the fit may not drive a
     phase's dispatch scale to zero and hand its time to another term (HOST_SCALE_BOUNDS)."""
-    from gpuest.calibrate.fit import HOST_SCALE_BOUNDS, fit_profile, load_raw, load_validation
+    from gpuest.calibrate.fit import fit_profile, load_raw, load_validation
+    from gpuest.calibrate.fit_host import HOST_SCALE_BOUNDS
     from gpuest.profile import prior_profile
     root = Path(__file__).resolve().parents[1] / "data/calibration/fresh"
     raw = load_raw(root / "H100-SXM-quick.jsonl")
@@ -528,7 +529,7 @@ def test_a_partial_run_without_simt_windows_takes_the_shape_priors_simt_ratio():
     """A quick run whose power windows load no full-fp32 GEMM cannot identify simt_w: it takes its own
     tensor_w times the shape prior's simt_w / tensor_w; a fit that identified it, or a prior without it,
     leaves it as it is."""
-    from gpuest.calibrate.fit import simt_from_prior
+    from gpuest.calibrate.fit_power import simt_from_prior
     base = prior_profile()
     own = replace(base.power, tensor_w=600.0, simt_w=None)
     lent = replace(base, power=replace(base.power, tensor_w=500.0, simt_w=300.0))

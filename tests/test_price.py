@@ -232,7 +232,8 @@ def test_full_fp32_gemms_draw_simt_power_and_tensor_core_gemms_tensor_power():
 def test_power_fit_splits_simt_from_tensor_cores_only_with_windows_that_load_them():
     """The shipped H100 calibration has power windows of full-fp32 GEMMs, so its fit has a simt_w of its
     own; without those windows the coefficient is unidentified and left to tensor_w (None)."""
-    from gpuest.calibrate.fit import MIN_UNIT_WINDOWS, fit_power, load_raw, usable
+    from gpuest.calibrate.fit import load_raw, usable
+    from gpuest.calibrate.fit_power import MIN_UNIT_WINDOWS, fit_power
 
     def simt_gemm(row):
         table = NodeTable.from_records([n for n in row["nodes"] if not n.get("free")])

@@ -4,8 +4,9 @@ Residual: robust regression (statsmodels RLM, Huber weights) of log(measured / r
 estimator's own residual features, so the fit corrects exactly what the estimator computes; one fit
 per category, per ATen op and per either of them in one math mode where the benchmarks suffice.
 Huber weights keep a few disturbed timings from moving a whole category. Latency: the
-median time of tiny kernels. Host dispatch: the measured per-op enqueue cost per category.
-Power: bounded least squares of window-average power on the measured utilisations.
+median time of tiny kernels. Host dispatch: the measured per-op enqueue cost per category, scaled on
+host-bound validation runs (fit_host). Power: bounded least squares of window-average power on the
+measured utilisations (fit_power).
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import math
 import sys
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
-from functools import lru_cache
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -28,18 +28,18 @@ from scipy.spatial.distance import cdist
 from gpuest.catalog import GPUSpec, get_gpu
 from gpuest.errors import ProfileError
 from gpuest.jsonl import read_jsonl
-from gpuest.price.generation import HOST_KEYS as GENERATE_HOST_KEYS
 from gpuest.price.device_time import (RESIDUAL_CLIP, DeviceTimes, device_times, dram_floor_s, fit_key, fit_keys,
                                          log_floor, persistent_step_time_s, persistent_steps, within_fit_range)
-from gpuest.price.host_timeline import launch_costs
 from gpuest.price.node_table import NodeTable
-from gpuest.price.power import COMPUTE_UNITS, compute_units, dram_bytes, voltage_ratio
 from gpuest.price.profile_choice import roofline_profile
 from gpuest.price.features import RESIDUAL_FEATURES
 from gpuest.annotate.registry import CATEGORIES
-from gpuest.profile import (MODE_FIT_FAMILY, MODE_KEY_SEP, PREDICTS_ALL, PROFILE_SCHEMA, PowerFit, Profile, ResidualFit,
+from gpuest.profile import (MODE_FIT_FAMILY, MODE_KEY_SEP, PREDICTS_ALL, PROFILE_SCHEMA, Profile, ResidualFit,
                             ResidualPoints, mode_key, prior_profile, profile_from_json)
-from gpuest.evaluate.accuracy import busy_spans_annotations, latest_per_config, trace_config, trace_key
+
+from .calibration_rows import device_nodes, row_clock
+from .fit_host import fit_host_and_gap, load_validation
+from .fit_power import fit_power, simt_from_prior
 
 # Training rows a category (an op) needs for a fit of its own; with fewer it uses its parent's fit.
 MIN_ROWS_PER_CATEGORY = 8
@@ -70,9 +70,6 @@ MIN_HOST_LAUNCH_ROWS = 4       # rows with distinct launch counts needed to spli
 # (docs/QUICK_SUITE_STUDY.md, python3 benchmarks/quick_suite_study.py --budget-s 450)
 PARTIAL_SUITE_SHARE = 0.95
 MIN_SPLIT_ROWS = 4             # benchmarks with barriers needed to split their cost from the serial work
-UNIT_LOADED_SHARE = 0.1         # a power window loads a compute unit when it reaches this share of its roof
-MIN_UNIT_WINDOWS = 4            # loaded windows a compute unit's own power coefficient needs
-POWER_BUSY_FRACTION = 0.8       # device-busy share of a power window's benchmark below which it is host-paced
 MIN_POOL_ROWS = 6               # training benchmarks an op (or op in one math mode) needs for a residual pool
 MIN_POINT_SCALE = 0.5           # smallest distance unit of a feature in a pool (feature units)
 POINT_CLIP_SIGMAS = 3.0         # residuals beyond this many of the fit's robust sigmas are clipped,
@@ -115,33 +112,22 @@ def usable(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             and (r.get("time_ms_median") or 0) > 0]
 
 
-def _device_nodes(row: dict[str, Any]) -> list[dict[str, Any]]:
-    return [n for n in row["nodes"] if not n.get("free") and not n.get("host_only")]
-
-
 def rows_node_table(rows: list[dict[str, Any]]) -> tuple[NodeTable, np.ndarray]:
     """One node table of the device nodes of calibration `rows`, and the index of each node's row (so
     np.bincount(owner, weights=per-node seconds) gives each row's priced time)."""
     nodes, owner = [], []
     for i, row in enumerate(rows):
-        for n in _device_nodes(row):
+        for n in device_nodes(row):
             nodes.append(n)
             owner.append(i)
     return NodeTable.from_records(nodes), np.array(owner, dtype=int)
-
-
-def _row_clock(row: dict[str, Any], gpu: GPUSpec) -> float:
-    clock = row.get("sm_clock_mhz")
-    if isinstance(clock, (int, float)) and gpu.min_clock_mhz <= clock <= gpu.max_clock_mhz:
-        return float(clock)
-    return gpu.max_clock_mhz
 
 
 def kernel_latency_s(rows: list[dict[str, Any]]) -> float:
     """Median time per kernel of the tiny benchmarks (bytes and FLOPs negligible)."""
     per_kernel = []
     for r in rows:
-        nodes = _device_nodes(r)
+        nodes = device_nodes(r)
         total_bytes = sum(n.get("bytes_read", 0) + n.get("bytes_written", 0) for n in nodes)
         total_flops = sum(n.get("flops", 0) for n in nodes)
         kernels = sum(n.get("kernels", 1) for n in nodes)
@@ -162,12 +148,12 @@ def _time_beyond(rows: list[dict[str, Any]], gpu: GPUSpec, field: str,
     plain = roofline_profile()
     out = []
     for r in rows:
-        nodes = _device_nodes(r)
+        nodes = device_nodes(r)
         events = sum(n.get(field, 0) for n in nodes)
         if not events or r.get("holdout") or r.get("kind") in ("latency", "host_dispatch"):
             continue
         table = NodeTable.from_records(nodes)
-        times = device_times(table, gpu, _row_clock(r, gpu), plain)[0]
+        times = device_times(table, gpu, row_clock(r, gpu), plain)[0]
         roof = float(times.roofline_s.sum())
         measured = measured_device_s(r)
         if roof <= SYNC_ROOF_SHARE * measured:
@@ -245,7 +231,7 @@ def host_costs(rows: list[dict[str, Any]], fallback: dict[str, float]) -> dict[s
             us = r["time_ms_median"] * 1e3
         if not isinstance(us, (int, float)) or us <= 0:
             continue
-        nodes = _device_nodes(r) or r["nodes"]
+        nodes = device_nodes(r) or r["nodes"]
         cats = [n["category"] for n in nodes]
         cat = max(set(cats), key=cats.count) if cats else "default"
         extra = sum(max(int(n.get("kernels", 1)) - 1, 0) for n in nodes)
@@ -293,7 +279,7 @@ def host_limited(row: dict[str, Any], host_op_s: dict[str, float]) -> bool:
     that takes less than HOST_BOUND_MARGIN x its category's dispatch cost says nothing about the GPU."""
     if row.get("timing_method") == "events_queued" or row.get("busy_ms"):
         return False  # timed with the host running ahead, or profiled: device time by construction
-    nodes = _device_nodes(row)
+    nodes = device_nodes(row)
     host = sum(host_op_s.get(n["category"], host_op_s["default"]) for n in nodes)
     return row["time_ms_median"] * 1e-3 < HOST_BOUND_MARGIN * host
 
@@ -306,13 +292,13 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
     step_costs = steps.seconds() if steps else (0.0, 0.0, 0.0)
     out = []
     for r in rows:
-        nodes = _device_nodes(r)
+        nodes = device_nodes(r)
         if not nodes or r.get("kind") in ("latency", "host_dispatch"):
             continue
         if host_op_s is not None and host_limited(r, host_op_s):
             continue
         table = NodeTable.from_records(nodes)
-        times, _ = device_times(table, gpu, _row_clock(r, gpu), plain)
+        times, _ = device_times(table, gpu, row_clock(r, gpu), plain)
         roof = times.roofline_s
         total_roof = float(roof.sum())
         if total_roof <= 0:
@@ -558,75 +544,6 @@ def lend_residual_points(own: dict[str, ResidualPoints], lent: dict[str, Residua
     return dict(sorted(out.items()))
 
 
-def busy_through_window(row: dict[str, Any]) -> bool:
-    """Whether a benchmark kept the GPU busy through its power window: not one whose host paces it (its
-    device-busy time under POWER_BUSY_FRACTION of its elapsed time: cuDNN's RNNs, foreach optimizer
-    steps) or whose nodes wait for the host (an output sized by the data). Their windows average busy
-    and idle power over gaps the regression on utilisation cannot see."""
-    busy, elapsed = row.get("busy_ms"), row.get("time_ms_median")
-    if isinstance(busy, (int, float)) and isinstance(elapsed, (int, float)) and busy < POWER_BUSY_FRACTION * elapsed:
-        return False
-    return not any(n.get("host_syncs", 0) for n in _device_nodes(row))
-
-
-def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_ratio: float, *,
-              split_simt: bool = True) -> PowerFit | None:
-    """Bounded least squares of window power on (1, s(f)*u per compute unit (COMPUTE_UNITS), u_memory) from
-    measured utilisations, over the windows in which the GPU was busy throughout (busy_through_window).
-    split_simt=False prices full-fp32 GEMMs with tensor_w (simt_w None), as fits before the split did."""
-    plain = roofline_profile()
-    xs, ys = [], []
-    for r in rows:
-        p = r.get("avg_power_w")
-        if not r.get("reliable") or not isinstance(p, (int, float)) or p <= 0 or not busy_through_window(r):
-            continue
-        nodes = _device_nodes(r)
-        if not nodes:
-            continue
-        table = NodeTable.from_records(nodes)
-        clock = _row_clock(r, gpu)
-        times, _ = device_times(table, gpu, clock, plain)
-        t = r["time_ms_median"] * 1e-3
-        units = compute_units(table, times.effective_mode)
-        u = [min(float((times.work_flops[m] / times.peak_flops[m]).sum()) / t, 1.0) for m in units.values()]
-        u_mem = min(float(dram_bytes(table, times).sum()) / gpu.memory_bandwidth_bytes_per_s / t, 1.0)
-        s = clock / gpu.max_clock_mhz * float(voltage_ratio(gpu, clock, v_min_ratio)) ** 2
-        xs.append([1.0, *(s * x for x in u), u_mem])
-        ys.append(p)
-    if len(ys) < 6:
-        return None
-    x, y = np.array(xs), np.array(ys)
-    # Too few windows that load the SIMT pipes leave simt_w unidentified: it then takes tensor_w's value.
-    simt_col = 1 + COMPUTE_UNITS.index("simt")
-    has_simt = split_simt and int((x[:, simt_col] >= UNIT_LOADED_SHARE).sum()) >= MIN_UNIT_WINDOWS
-    if not has_simt:
-        x[:, 1 + COMPUTE_UNITS.index("tensor")] += x[:, simt_col]
-        x = np.delete(x, simt_col, axis=1)
-    # Bounded least squares keeps every term physical: static power between idle and TDP, and no
-    # activity term able to exceed the board's dynamic range on its own.
-    span = gpu.tdp_w - idle_w
-    terms = x.shape[1] - 1
-    coef = lsq_linear(x, y, bounds=([idle_w] + [0.0] * terms, [gpu.tdp_w] + [span] * terms)).x
-    resid = y - x @ coef
-    if not has_simt:
-        coef = np.insert(coef, simt_col, np.nan)
-    ss_tot = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 else 0.0
-    unit_w = dict(zip(COMPUTE_UNITS, coef[1:-1]))
-    return PowerFit(static_w=float(coef[0]), idle_w=float(idle_w), tensor_w=float(unit_w["tensor"]),
-                    simt_w=float(unit_w["simt"]) if has_simt else None, vector_w=float(unit_w["vector"]),
-                    memory_w=float(coef[-1]), sigma_w=float(math.sqrt((resid ** 2).mean())), r2=r2, n=len(y), v_min_ratio=v_min_ratio)
-
-
-def simt_from_prior(power: PowerFit | None, shape_prior: Profile | None) -> PowerFit | None:
-    """A partial run's power fit whose windows left simt_w unidentified takes the shape prior's ratio of
-    simt_w to tensor_w, as its residual fits take the prior's finer fits; unchanged otherwise."""
-    lent = shape_prior.power if shape_prior is not None else None
-    if power is None or power.simt_w is not None or lent is None or lent.simt_w is None or lent.tensor_w <= 0:
-        return power
-    return replace(power, simt_w=power.tensor_w * lent.simt_w / lent.tensor_w)
-
-
 def holdout_errors(profile: Profile, samples: list[RowFeatures], gpu: GPUSpec,
                    by_fit: bool = True) -> dict[str, list[float]]:
     """Absolute percentage error of the full device-time model on held-out benchmarks, filed under
@@ -635,108 +552,13 @@ def holdout_errors(profile: Profile, samples: list[RowFeatures], gpu: GPUSpec,
     for s in samples:
         if not s.holdout:
             continue
-        table = NodeTable.from_records(_device_nodes(s.row))
-        times, _ = device_times(table, gpu, _row_clock(s.row, gpu), profile)
+        table = NodeTable.from_records(device_nodes(s.row))
+        times, _ = device_times(table, gpu, row_clock(s.row, gpu), profile)
         err = abs(float(times.device_s.sum()) - s.measured_s) / s.measured_s * 100
         key = str(fit_keys(table, times.effective_mode, profile.residuals)[int(np.argmax(times.roofline_s))])
         for name in {s.category, key} if by_fit else {s.category}:
             errs.setdefault(name, []).append(err)
     return errs
-
-
-def load_validation(*paths: str | Path) -> list[dict[str, Any]]:
-    """The rows of validation JSONL files (gpuest.calibrate.validate), read as gpuest.jsonl reads every
-    measurement file; where several rows measure one config on one GPU (a re-measurement), the last wins,
-    as in the accuracy report."""
-    return latest_per_config(row for path in paths for row in read_jsonl(path))
-
-
-HOST_BOUND_BUSY_FRACTION = 0.5   # validation runs whose GPU was busy less than this are host-bound
-HOST_TERMS = ("forward", "backward", "optimizer", "module_call", "host_only", "autocast")
-HOST_SCALE_BOUNDS = (0.25, 8.0)  # what a whole-model step's phase may cost per op against the micro-benchmark dispatch
-
-
-def host_terms(graph: Any, profile: Profile) -> np.ndarray:
-    """Per-config regressors of host time (HOST_TERMS): the profile's per-category dispatch costs summed
-    per phase, Python module calls, metadata/host-only ops, and ops dispatched under autocast (counts)."""
-    from gpuest.price.node_table import node_table
-    t = node_table(graph)
-    base = t.map_category(profile.host_op_s, profile.host_op_s["default"]) + launch_costs(t, profile.host_op_s)
-    light = t.free | t.host_only
-    dispatched = ~light
-    fwd = dispatched & np.isin(t.phase, ["forward", "loss"])
-    return np.array([base[fwd].sum(), base[dispatched & (t.phase == "backward")].sum(),
-                     base[dispatched & (t.phase == "optimizer")].sum(), t.module_calls.sum(), light.sum(),
-                     (dispatched & t.autocast).sum()])
-
-
-@lru_cache(maxsize=None)
-def validation_graph(key: tuple) -> Any:
-    """The traced graph of a validation config (accuracy.trace_key); cached, as configs recur across
-    validation files and GPUs."""
-    return trace_config(*key)
-
-
-def fit_host_and_gap(profile: Profile, validation: list[dict[str, Any]], gpu: GPUSpec) -> tuple[Profile, dict]:
-    """Calibrate the host side on whole-network runs that were host-bound.
-
-    Micro-benchmarks time one op in a tight loop; in a real model every op also pays Python and
-    autograd bookkeeping, and every nn.Module call costs host time. Non-negative least squares of
-    the measured wall time on HOST_TERMS gives per-phase scales of the dispatch costs, the module
-    call cost, the host-only op cost and the cost of autocast's dispatch per op. The GPU's power while
-    it waits for the host (gap_w) follows from the measured energy of the same runs. Held-out models are
-    never used."""
-    from gpuest.price.estimate import estimate_graph
-    rows = [r for r in validation if r.get("status") == "ok" and not r.get("heldout") and not r.get("dry_run")
-            and r.get("gpu_canonical") == gpu.name and r.get("wall_s") and r.get("device_busy_s") is not None
-            and r["device_busy_s"] < HOST_BOUND_BUSY_FRACTION * r["wall_s"]]
-    if len(rows) < len(HOST_TERMS):
-        return profile, {"host_fit": f"skipped: {len(rows)} host-bound validation runs"}
-    xs, ys, graphs = [], [], []
-    for r in rows:
-        g = validation_graph(trace_key(r))
-        graphs.append(g)
-        xs.append(host_terms(g, profile))
-        ys.append(r["wall_s"])
-    # Relative errors: every run counts equally, so long training steps do not drown small ones.
-    x_arr, y_arr = np.array(xs), np.array(ys)
-    # The phase terms scale dispatch costs the micro-benchmarks measured: a fit of few runs (a calibration's
-    # eight host probes) could otherwise drive one to zero and hand its time to another term (a fresh H100
-    # profile's forward scale came out 1e-16, its backward factor 7e14).
-    lo = [HOST_SCALE_BOUNDS[0]] * 3 + [0.0] * (len(HOST_TERMS) - 3)
-    hi = [HOST_SCALE_BOUNDS[1]] * 3 + [np.inf] * (len(HOST_TERMS) - 3)
-    coef = lsq_linear(x_arr / y_arr[:, None], np.ones(len(y_arr)), bounds=(lo, hi)).x
-    scale_fwd, scale_bwd, scale_opt, module_call_s, host_only_s, autocast_s = (float(c) for c in coef)
-    # generate()'s own Python work is not in these runs: a fitted profile leaves it to the prior.
-    # A category's per-op and per-launch costs (launch_<category>) scale with the term its ops enter:
-    # the optimizer's with the optimizer term, every other category's with the forward one.
-    host = {k: v * (scale_opt if k.removeprefix("launch_") == "optimizer" else scale_fwd)
-            for k, v in profile.host_op_s.items()
-            if k not in ("module_call", "graph_launch", "autocast") and k not in GENERATE_HOST_KEYS}
-    host.setdefault("optimizer", profile.host_op_s["default"] * scale_opt)
-    host["module_call"] = module_call_s
-    host["autocast"] = autocast_s
-    host["graph_launch"] = profile.host_op_s["default"]
-    fitted = replace(profile, host_op_s=host, host_only_op_s=host_only_s,
-                     host_backward_factor=scale_bwd / scale_fwd if scale_fwd > 0 else profile.host_backward_factor)
-    pred = x_arr @ coef
-    info = {"host_fit_runs": len(rows), "host_fit_median_ape": float(np.median(np.abs(pred / y_arr - 1)) * 100)}
-    gaps = []
-    if fitted.power is not None:
-        for r, g in zip(rows, graphs):
-            energy = r.get("energy_j")
-            # The GPU's idle time is wall - busy: a busy time that spans annotations says nothing of it.
-            if not energy or not r.get("power_reliable", True) or busy_spans_annotations(r):
-                continue
-            est = estimate_graph(g, gpu, profile=fitted, warn=False)
-            busy = est.per_node["power_w"].to_numpy() * est.per_node["time_s"].to_numpy()
-            busy_j = float(np.nansum(busy)) * r["device_busy_s"] / max(est.device_time_s, 1e-12)
-            gaps.append((energy - busy_j) / max(r["wall_s"] - r["device_busy_s"], 1e-9))
-        if gaps:
-            gap = float(np.clip(np.median(gaps), fitted.power.idle_w, fitted.power.static_w))
-            fitted = replace(fitted, power=replace(fitted.power, gap_w=gap))
-            info["gap_power_runs"] = len(gaps)
-    return fitted, info
 
 
 def with_current_nodes(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:

@@ -19,7 +19,8 @@ MODULES = ("price/features.py", "price/device_time.py", "price/power.py", "price
            "price/reduce_launch.py", "price/local_correction.py", "price/memory/peak.py",
            "price/memory/allocator.py", "price/memory/workspace.py", "annotate/registry.py",
            "annotate/formulas/", "capture/routing.py", "capture/fused_library_calls.py",
-           "calibrate/fit.py", "calibrate/budget.py", "profile.py", "measurement_protocol.py")
+           "calibrate/fit.py", "calibrate/fit_power.py", "calibrate/fit_host.py", "calibrate/budget.py", "profile.py",
+           "measurement_protocol.py")
 COMMAND = re.compile(r"(benchmarks/[\w./]+\.py|python3 -m [\w.]+|data/[\w./-]+\.jsonl)")
 MAX_VALUE_CHARS = 60
 

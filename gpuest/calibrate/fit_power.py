@@ -1,0 +1,92 @@
+"""The power model's fit: bounded least squares of calibration windows' average power on the utilisation of
+each compute unit and of memory (gpuest.price.power), and what a partial run borrows of its shape prior's."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from scipy.optimize import lsq_linear
+
+from gpuest.catalog import GPUSpec
+from gpuest.price.device_time import device_times
+from gpuest.price.node_table import NodeTable
+from gpuest.price.power import COMPUTE_UNITS, compute_units, dram_bytes, voltage_ratio
+from gpuest.price.profile_choice import roofline_profile
+from gpuest.profile import PowerFit, Profile
+
+from .calibration_rows import device_nodes, row_clock
+
+UNIT_LOADED_SHARE = 0.1         # a power window loads a compute unit when it reaches this share of its roof
+MIN_UNIT_WINDOWS = 4            # loaded windows a compute unit's own power coefficient needs
+POWER_BUSY_FRACTION = 0.8       # device-busy share of a power window's benchmark below which it is host-paced
+
+
+def busy_through_window(row: dict[str, Any]) -> bool:
+    """Whether a benchmark kept the GPU busy through its power window: not one whose host paces it (its
+    device-busy time under POWER_BUSY_FRACTION of its elapsed time: cuDNN's RNNs, foreach optimizer
+    steps) or whose nodes wait for the host (an output sized by the data). Their windows average busy
+    and idle power over gaps the regression on utilisation cannot see."""
+    busy, elapsed = row.get("busy_ms"), row.get("time_ms_median")
+    if isinstance(busy, (int, float)) and isinstance(elapsed, (int, float)) and busy < POWER_BUSY_FRACTION * elapsed:
+        return False
+    return not any(n.get("host_syncs", 0) for n in device_nodes(row))
+
+
+def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_ratio: float, *,
+              split_simt: bool = True) -> PowerFit | None:
+    """Bounded least squares of window power on (1, s(f)*u per compute unit (COMPUTE_UNITS), u_memory) from
+    measured utilisations, over the windows in which the GPU was busy throughout (busy_through_window).
+    split_simt=False prices full-fp32 GEMMs with tensor_w (simt_w None), as fits before the split did."""
+    plain = roofline_profile()
+    xs, ys = [], []
+    for r in rows:
+        p = r.get("avg_power_w")
+        if not r.get("reliable") or not isinstance(p, (int, float)) or p <= 0 or not busy_through_window(r):
+            continue
+        nodes = device_nodes(r)
+        if not nodes:
+            continue
+        table = NodeTable.from_records(nodes)
+        clock = row_clock(r, gpu)
+        times, _ = device_times(table, gpu, clock, plain)
+        t = r["time_ms_median"] * 1e-3
+        units = compute_units(table, times.effective_mode)
+        u = [min(float((times.work_flops[m] / times.peak_flops[m]).sum()) / t, 1.0) for m in units.values()]
+        u_mem = min(float(dram_bytes(table, times).sum()) / gpu.memory_bandwidth_bytes_per_s / t, 1.0)
+        s = clock / gpu.max_clock_mhz * float(voltage_ratio(gpu, clock, v_min_ratio)) ** 2
+        xs.append([1.0, *(s * x for x in u), u_mem])
+        ys.append(p)
+    if len(ys) < 6:
+        return None
+    x, y = np.array(xs), np.array(ys)
+    # Too few windows that load the SIMT pipes leave simt_w unidentified: it then takes tensor_w's value.
+    simt_col = 1 + COMPUTE_UNITS.index("simt")
+    has_simt = split_simt and int((x[:, simt_col] >= UNIT_LOADED_SHARE).sum()) >= MIN_UNIT_WINDOWS
+    if not has_simt:
+        x[:, 1 + COMPUTE_UNITS.index("tensor")] += x[:, simt_col]
+        x = np.delete(x, simt_col, axis=1)
+    # Bounded least squares keeps every term physical: static power between idle and TDP, and no
+    # activity term able to exceed the board's dynamic range on its own.
+    span = gpu.tdp_w - idle_w
+    terms = x.shape[1] - 1
+    coef = lsq_linear(x, y, bounds=([idle_w] + [0.0] * terms, [gpu.tdp_w] + [span] * terms)).x
+    resid = y - x @ coef
+    if not has_simt:
+        coef = np.insert(coef, simt_col, np.nan)
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 else 0.0
+    unit_w = dict(zip(COMPUTE_UNITS, coef[1:-1]))
+    return PowerFit(static_w=float(coef[0]), idle_w=float(idle_w), tensor_w=float(unit_w["tensor"]),
+                    simt_w=float(unit_w["simt"]) if has_simt else None, vector_w=float(unit_w["vector"]),
+                    memory_w=float(coef[-1]), sigma_w=float(math.sqrt((resid ** 2).mean())), r2=r2, n=len(y), v_min_ratio=v_min_ratio)
+
+
+def simt_from_prior(power: PowerFit | None, shape_prior: Profile | None) -> PowerFit | None:
+    """A partial run's power fit whose windows left simt_w unidentified takes the shape prior's ratio of
+    simt_w to tensor_w, as its residual fits take the prior's finer fits; unchanged otherwise."""
+    lent = shape_prior.power if shape_prior is not None else None
+    if power is None or power.simt_w is not None or lent is None or lent.simt_w is None or lent.tensor_w <= 0:
+        return power
+    return replace(power, simt_w=power.tensor_w * lent.simt_w / lent.tensor_w)
