@@ -27,6 +27,7 @@ from gpuest.evaluate.accuracy import GPU_BOUND_FRACTION, load_results, trace_con
 from gpuest.evaluate.validation_set import TEST_MODELS  # noqa: E402
 from gpuest.price.estimate import estimate  # noqa: E402
 from gpuest.profile import Profile, shipped_profiles  # noqa: E402
+from gpuest.report.document import write_or_print  # noqa: E402
 
 GPUS = ("H100-SXM", "H200")
 VALIDATION = ("full", "busy-recheck", "train-b1", "generalisation", "moe", "recipes", "perop", "perop-b1")
@@ -98,11 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{'= tensor_w' if p.power.simt_w is None else f'{p.power.simt_w:.0f} W'}" for name, p in fits.items()))
     lines += ["", "Validation configs of models outside the test split, MAPE against the measured average power and "
               "energy per iteration:", "", table(priced(rows, by_gpu)), ""]
-    text = "\n".join(lines)
-    if args.out:
-        args.out.write_text(text)
-    else:
-        print(text, end="")
+    write_or_print("\n".join(lines), args.out)
     return 0
 
 

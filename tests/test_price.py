@@ -232,12 +232,14 @@ def test_full_fp32_gemms_draw_simt_power_and_tensor_core_gemms_tensor_power():
 def test_power_fit_splits_simt_from_tensor_cores_only_with_windows_that_load_them():
     """The shipped H100 calibration has power windows of full-fp32 GEMMs, so its fit has a simt_w of its
     own; without those windows the coefficient is unidentified and left to tensor_w (None)."""
+    from gpuest.calibrate.calibration_rows import device_nodes
     from gpuest.calibrate.fit import load_raw, usable
     from gpuest.calibrate.fit_power import MIN_UNIT_WINDOWS, fit_power
+    from gpuest.price.power import compute_units
 
     def simt_gemm(row):
-        table = NodeTable.from_records([n for n in row["nodes"] if not n.get("free")])
-        return bool((table.tensor_core & (table.math_mode == "fp32")).any())
+        table = NodeTable.from_records(device_nodes(row))
+        return bool(compute_units(table, table.math_mode)["simt"].any())
 
     power = [r for r in usable(load_raw(ROOT / "data" / "calibration" / "H100-SXM.jsonl").rows)
              if r.get("avg_power_w")]
@@ -544,7 +546,7 @@ def test_layout_and_window_features():
     assert r["log_broadcast_run"][0] == pytest.approx(math.log2(49 / BROADCAST_RUN_REF), rel=1e-3)
     # streams; a value per element (channels-last, a last-dim bias) is read as a vector: no run; none
     assert list(r["log_broadcast_run"][1:4]) == [0.0, 0.0, 0.0]
-    assert r["log_broadcast_run"][5] == pytest.approx(-7.0, rel=1e-3)    # the shortest run, capped at -8
+    assert r["log_broadcast_run"][5] == pytest.approx(-7.0, rel=1e-3)    # the shortest run: log2(2 / 256)
     # an op of a few KB is fixed cost, not streaming: its runs hardly matter
     assert r["log_broadcast_run"][0] < 100 * r["log_broadcast_run"][4] < 0.0
     # bytes written over bytes moved, centred, for streaming ops only: a widening cast writes more

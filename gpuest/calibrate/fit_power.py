@@ -61,26 +61,25 @@ def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_rat
     if len(ys) < 6:
         return None
     x, y = np.array(xs), np.array(ys)
-    # Too few windows that load the SIMT pipes leave simt_w unidentified: it then takes tensor_w's value.
-    simt_col = 1 + COMPUTE_UNITS.index("simt")
-    has_simt = split_simt and int((x[:, simt_col] >= UNIT_LOADED_SHARE).sum()) >= MIN_UNIT_WINDOWS
-    if not has_simt:
-        x[:, 1 + COMPUTE_UNITS.index("tensor")] += x[:, simt_col]
+    # Too few windows that load the SIMT pipes leave simt_w unidentified: their load counts as tensor cores'.
+    units = list(COMPUTE_UNITS)
+    simt_col = 1 + units.index("simt")
+    if not (split_simt and int((x[:, simt_col] >= UNIT_LOADED_SHARE).sum()) >= MIN_UNIT_WINDOWS):
+        x[:, 1 + units.index("tensor")] += x[:, simt_col]
         x = np.delete(x, simt_col, axis=1)
+        units.remove("simt")
     # Bounded least squares keeps every term physical: static power between idle and TDP, and no
     # activity term able to exceed the board's dynamic range on its own.
     span = gpu.tdp_w - idle_w
     terms = x.shape[1] - 1
     coef = lsq_linear(x, y, bounds=([idle_w] + [0.0] * terms, [gpu.tdp_w] + [span] * terms)).x
     resid = y - x @ coef
-    if not has_simt:
-        coef = np.insert(coef, simt_col, np.nan)
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 else 0.0
-    unit_w = dict(zip(COMPUTE_UNITS, coef[1:-1]))
-    return PowerFit(static_w=float(coef[0]), idle_w=float(idle_w), tensor_w=float(unit_w["tensor"]),
-                    simt_w=float(unit_w["simt"]) if has_simt else None, vector_w=float(unit_w["vector"]),
-                    memory_w=float(coef[-1]), sigma_w=float(math.sqrt((resid ** 2).mean())), r2=r2, n=len(y), v_min_ratio=v_min_ratio)
+    unit_w = {name: float(c) for name, c in zip(units, coef[1:-1])}
+    return PowerFit(static_w=float(coef[0]), idle_w=float(idle_w), tensor_w=unit_w["tensor"],
+                    simt_w=unit_w.get("simt"), vector_w=unit_w["vector"], memory_w=float(coef[-1]),
+                    sigma_w=float(math.sqrt((resid ** 2).mean())), r2=r2, n=len(y), v_min_ratio=v_min_ratio)
 
 
 def simt_from_prior(power: PowerFit | None, shape_prior: Profile | None) -> PowerFit | None:
