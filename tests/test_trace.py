@@ -1324,3 +1324,36 @@ def test_attention_with_a_learned_bias_traces_as_cudas_memory_efficient_kernel()
     model.bias.requires_grad_(False)
     fixed = trace(model, (torch.empty(2, 49, 128),), mode="training", precision="bf16-mixed")
     assert {d["variant"] for _, d in fixed.nodes(data=True) if "attention_backward" in d["op"]} == {""}
+
+
+def test_attention_with_a_mask_the_cpu_flash_kernel_rejects_traces_as_cudas_memory_efficient_kernel():
+    """MaxViT's relative-position bias is a (heads, queries, keys) mask: CUDA's memory-efficient kernel
+    broadcasts it, in inference too, while the CPU's flash kernel takes only 2-d or 4-d masks and a CPU trace
+    would decompose the call (fp32 casts, batched GEMMs, softmax). A 2-d mask stays the CPU flash call,
+    which is named as CUDA's kernel; a boolean mask is made additive first, as ATen does."""
+    import collections
+
+    def attention_ops(mask_shape, dtype=torch.bfloat16):
+        class MaskedAttention(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("mask", torch.zeros(mask_shape, dtype=dtype))
+
+            def forward(self, x):
+                q = x.reshape(x.shape[0], 49, 4, 32).transpose(1, 2)
+                return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=self.mask)
+
+        g = trace(MaskedAttention(), (torch.empty(2, 49, 128),), mode="inference", precision="bf16")
+        return collections.Counter(d["op"] for _, d in g.nodes(data=True) if not d.get("free"))
+
+    for shape in ((4, 49, 49), (1, 49, 49)):
+        ops = attention_ops(shape)
+        assert ops["aten._scaled_dot_product_efficient_attention.default"] == 1, (shape, ops)
+        assert not ops["aten.bmm.default"] and not ops["aten._safe_softmax.default"], (shape, ops)
+        assert not ops["aten._to_copy.default"], (shape, ops)
+    boolean = attention_ops((4, 49, 49), dtype=torch.bool)
+    assert boolean["aten._scaled_dot_product_efficient_attention.default"] == 1
+    assert boolean["aten.where.self"] == 1 and boolean["aten.logical_not.default"] == 1
+    plain = attention_ops((49, 49))
+    assert plain["aten._scaled_dot_product_efficient_attention.default"] == 1
+    assert not plain["aten.constant_pad_nd.default"] and not plain["aten.bmm.default"]

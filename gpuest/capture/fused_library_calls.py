@@ -8,12 +8,14 @@ runs a recurrent call as CUDA allocates it instead: the same two library calls, 
 the weight copy, the reserve and the casts the CUDA program makes. The recorder makes each call one
 node (`FUSED_MODULES`); its time and work come from `annotate.formulas.rnn`.
 
-`F.scaled_dot_product_attention` with a floating `attn_mask` that requires grad (BEiT's, MaxViT's and CoAtNet's
-relative position bias, trained with the model) runs on CUDA in the memory-efficient kernel, which also
-returns the bias's gradient. The CPU's flash kernel takes no mask that requires grad, so a CPU trace would
-take the math path (batched GEMMs, softmax, fp32 casts of every 16-bit operand). `efficient_attention_call`
-makes the call CUDA makes: ATen's `preprocess_mask` (pad the bias to the kernel's alignment, expand it over
-batch and heads), then `_scaled_dot_product_efficient_attention`, whose backward autograd derives.
+`F.scaled_dot_product_attention` with a mask runs on CUDA in the memory-efficient kernel, which broadcasts any
+mask and also returns the gradient of one that requires grad (BEiT's, MaxViT's and CoAtNet's relative position
+bias, trained with the model). The CPU's flash kernel takes no mask that requires grad, and only 2-d or
+(batch|1, heads|1, queries, keys) masks, so for the others (MaxViT's (heads, queries, keys) bias, say) a CPU
+trace would take the math path (batched GEMMs, softmax, fp32 casts of every 16-bit operand).
+`efficient_attention_call` makes the call CUDA makes: ATen's `convert_boolean_attn_mask` and `preprocess_mask`
+(pad the bias to the kernel's alignment, expand it over batch and heads), then
+`_scaled_dot_product_efficient_attention`, whose backward autograd derives.
 """
 from __future__ import annotations
 
@@ -190,19 +192,31 @@ MEM_EFF_HEAD_DIM_MULTIPLE = 8
 _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
 
-def takes_learned_bias_path(args: tuple, kwargs: dict, device_type: str) -> bool:
-    """Whether an SDPA call is one CUDA runs as memory-efficient attention with a learned bias and a CPU
-    trace would decompose: a floating mask that requires grad (grad mode on), 4-d q/k/v of one dtype and
-    head count, head dims the kernel takes, no GQA."""
+def cpu_flash_takes_mask(mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -> bool:
+    """Whether the CPU's flash kernel accepts this mask (sdp_utils_cpp.cpp, check_attn_mask_shape): none that
+    requires grad, last two dims (queries|1, keys|1), and 2-d or (batch|1, heads|1, ...) 4-d."""
+    if mask.requires_grad and torch.is_grad_enabled():
+        return False
+    if mask.dim() < 2 or mask.shape[-2] not in (query.shape[2], 1) or mask.shape[-1] not in (key.shape[2], 1):
+        return False
+    return mask.dim() == 2 or (mask.dim() == 4 and mask.shape[0] in (1, query.shape[0])
+                               and mask.shape[1] in (1, query.shape[1]))
+
+
+def takes_efficient_bias_path(args: tuple, kwargs: dict, device_type: str) -> bool:
+    """Whether an SDPA call is one CUDA runs as memory-efficient attention with a mask and a CPU trace would
+    decompose (cpu_flash_takes_mask fails): 4-d q/k/v of one dtype and head count, head dims the kernel takes,
+    a floating or boolean mask, no GQA."""
     a = bind_args(_SDPA_PARAMS, args, kwargs)
     q, k, v, mask = a.get("query"), a.get("key"), a.get("value"), a.get("attn_mask")
     if device_type != "cpu" or not all(isinstance(t, torch.Tensor) for t in (q, k, v, mask)):
         return False
-    if not (mask.is_floating_point() and mask.requires_grad and torch.is_grad_enabled()) or a.get("enable_gqa"):
+    if not (mask.is_floating_point() or mask.dtype == torch.bool) or a.get("enable_gqa"):
         return False
     return (q.dim() == k.dim() == v.dim() == 4 and q.dtype == k.dtype == v.dtype
             and q.dtype in (torch.float32, torch.float16, torch.bfloat16) and q.shape[1] == k.shape[1] == v.shape[1]
-            and q.shape[-1] % MEM_EFF_HEAD_DIM_MULTIPLE == 0 and v.shape[-1] % MEM_EFF_HEAD_DIM_MULTIPLE == 0)
+            and q.shape[-1] % MEM_EFF_HEAD_DIM_MULTIPLE == 0 and v.shape[-1] % MEM_EFF_HEAD_DIM_MULTIPLE == 0
+            and not cpu_flash_takes_mask(mask, q, k))
 
 
 def aligned_bias(mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
@@ -215,11 +229,14 @@ def aligned_bias(mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -> 
 
 
 def efficient_attention_call(args: tuple, kwargs: dict) -> torch.Tensor:
-    """The SDPA call as CUDA makes it for a learned bias (takes_learned_bias_path): dropout off, as the
-    trace prices every step; the bias in the query's dtype, as autocast or the kernel requires."""
+    """The SDPA call as CUDA makes it for a mask (takes_efficient_bias_path): dropout off, as the trace prices
+    every step; a boolean mask made additive (-inf where False), a floating one in the query's dtype, as
+    autocast or the kernel requires."""
     a = bind_args(_SDPA_PARAMS, args, kwargs)
-    q, k, v = a["query"], a["key"], a["value"]
-    bias = aligned_bias(a["attn_mask"].to(q.dtype), q, k)
+    q, k, v, mask = a["query"], a["key"], a["value"], a["attn_mask"]
+    if mask.dtype == torch.bool:
+        mask = torch.where(mask.logical_not(), float("-inf"), torch.zeros((), dtype=q.dtype, device=q.device))
+    bias = aligned_bias(mask.to(q.dtype), q, k)
     lse = any(t.requires_grad for t in (q, k, v))
     out = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, bias, lse, 0.0,
                                                                  bool(a.get("is_causal", False)), scale=a.get("scale"))

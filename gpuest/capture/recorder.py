@@ -21,7 +21,7 @@ from ..annotate.registry import (REGISTRY, TENSOR_CORE_CATEGORIES, Cost, OpCall,
                                  node_attrs, storage_key, tensor_bytes, tensors, unique_bytes)
 from .cuda_autocast import call_with_cuda_policy
 from .fused_library_calls import (FUSED_MODULES, cudnn_rnn_call, cudnn_rnn_dtype, efficient_attention_call,
-                                  rnn_steps_and_batch, takes_learned_bias_path)
+                                  rnn_steps_and_batch, takes_efficient_bias_path)
 from .grouped_mm import FAKE_SUBSTITUTES
 from .mha_fast_path import fast_path_call, takes_fast_path
 from .normalize import cuda_op_name
@@ -351,7 +351,7 @@ class CudaFunctionPaths(TorchFunctionMode):
             if takes_fast_path(self.module_of(), args, kwargs, self.device_type):
                 return fast_path_call(args, kwargs)
         elif func is torch.nn.functional.scaled_dot_product_attention:
-            if takes_learned_bias_path(args, kwargs, self.device_type):
+            if takes_efficient_bias_path(args, kwargs, self.device_type):
                 return efficient_attention_call(args, kwargs)
             if len(args) > 4:  # (query, key, value, attn_mask, dropout_p, ...)
                 args = (*args[:4], 0.0, *args[5:])
