@@ -266,6 +266,7 @@ def test_accumulating_index_put_walks_the_balanced_run_of_duplicates(experts):
                   mode="training", optimizer=None)
     (node,) = _index_put_nodes(graph)
     assert node["dependent_updates"] == tokens // experts - 1
+    assert node["variant"] == "accumulate"
     # the serial chain is priced beyond the op's bytes, and shorter runs cost less
     est = estimate_graph(graph, gpu="H100-SXM")
     row = est.per_node.set_index("node").loc[[n for n, d in graph.nodes(data=True) if d is node][0]]
@@ -275,6 +276,20 @@ def test_accumulating_index_put_walks_the_balanced_run_of_duplicates(experts):
 def test_index_put_without_accumulate_has_no_chain():
     graph = trace(_Assign(), (torch.zeros(8, 4), torch.randint(0, 8, (64,)), torch.randn(64, 4)))
     assert [d["dependent_updates"] for d in _index_put_nodes(graph)] == [0.0]
+
+
+def test_a_plain_index_put_is_not_priced_by_the_accumulating_pipelines_fit():
+    """A scatter (an MoE's inverse permutation, `inv[perm] = arange`) is one kernel; the suite's index_puts all
+    accumulate (sort + per-run walk, ~100 us), so their fit is keyed by that variant and the scatter takes the
+    copy category's: an OLMoE-sized one (65536 int64) stays within a few launches' time."""
+    n = 65536
+    graph = trace(_Assign(), (torch.zeros(n, dtype=torch.int64), torch.randint(0, n, (n,)),
+                              torch.arange(n)), mode="inference")
+    (node,) = _index_put_nodes(graph)
+    assert node["variant"] == ""
+    est = estimate_graph(graph, gpu="H100-SXM")
+    time_s = est.per_node.set_index("op").loc[node["op"], "time_s"]
+    assert time_s < 20e-6, time_s
 
 
 class _Assign(torch.nn.Module):

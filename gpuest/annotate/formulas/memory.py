@@ -112,11 +112,13 @@ mark_free(*iter_ops(["unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk"])
 @register_cost(*iter_ops(["index_put", "index_put_", "_index_put_impl_"]))
 def _index_put(call: OpCall) -> Cost:
     # With accumulate=True, CUDA sorts the indices and one warp walks each run of equal ones, adding its
-    # values into the row in turn (Indexing.cu). The runs' lengths depend on the data; priced at the
-    # balanced share, indices / rows indexed, which the longest run can never be shorter than.
+    # values into the row in turn (Indexing.cu): a pipeline of its own (the `accumulate` variant), where a
+    # plain index_put is one scatter kernel. The runs' lengths depend on the data; priced at the balanced
+    # share, indices / rows indexed, which the longest run can never be shorter than.
     cost = generic_cost(call, category="copy")
     if not call.arg("accumulate"):
         return cost
+    cost = replace(cost, variant="accumulate")
     target, index_list = call.first_arg, list(call.arg("indices"))
     indices = [t for t in index_list if t is not None]
     if not indices or any(t.dtype == torch.bool for t in indices):
