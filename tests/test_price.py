@@ -538,12 +538,18 @@ def test_layout_and_window_features():
                        "mixed_dtypes": True}, {**conv, "mixed_dtypes": True}])
     assert list(g["broadcast"]) == [1.0, 0.0] and list(g["mixed_dtypes"]) == [1.0, 0.0]  # tensor-core ops: no
     from gpuest.price.features import BROADCAST_RUN_REF
-    big = {**base, "op": "aten.add.Tensor", "category": "elementwise", "broadcast": True, "bytes_read": 4e9}
-    r = _features_of([{**big, "broadcast_run": 49}, {**big, "broadcast_run": 3136}, {**big, "broadcast_run": 1},
+    # eval batch norm's per-channel kernel walks the planes it records as its row segment (no rows)
+    big = {**base, "op": "aten._native_batch_norm_legit_no_training.default", "category": "elementwise",
+           "broadcast": True, "bytes_read": 4e9}
+    r = _features_of([{**big, "broadcast_run": 49, "row_segment": 49},
+                      {**big, "broadcast_run": 3136, "row_segment": 3136}, {**big, "broadcast_run": 1},
                       {**big, "broadcast": False, "broadcast_run": 0},
-                      {**big, "broadcast_run": 49, "bytes_read": 1e3, "bytes_written": 1e3},
-                      {**big, "broadcast_run": 2}])
+                      {**big, "broadcast_run": 49, "row_segment": 49, "bytes_read": 1e3, "bytes_written": 1e3},
+                      {**big, "broadcast_run": 2, "row_segment": 2},
+                      {**big, "op": "aten.mul.Tensor", "broadcast_run": 49}])
     assert r["log_broadcast_run"][0] == pytest.approx(math.log2(49 / BROADCAST_RUN_REF), rel=1e-3)
+    # TensorIterator's flat loop over a per-channel value (no row segment) streams short planes as fast
+    assert r["log_broadcast_run"][6] == 0.0
     # streams; a value per element (channels-last, a last-dim bias) is read as a vector: no run; none
     assert list(r["log_broadcast_run"][1:4]) == [0.0, 0.0, 0.0]
     assert r["log_broadcast_run"][5] == pytest.approx(-7.0, rel=1e-3)    # the shortest run: log2(2 / 256)

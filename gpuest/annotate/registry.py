@@ -43,6 +43,8 @@ class Cost:
     row_segment: for a row-wise op whose rows are made of several strided runs, the elements of one
         contiguous run (a batch-norm channel of NCHW data is N runs of H * W, a column sum's row single
         elements); 0 where each row is contiguous. A kernel reading short runs leaves most of each memory transaction unused.
+        Eval-mode batch norm of NCHW data, which reduces nothing, records the plane its per-channel kernel
+        walks (H * W) here too, with no rows.
     kernels: CUDA kernels the op launches.
     flops_skipped: FLOPs counted in `flops` (torch's convention, so totals agree with FlopCounterMode)
         that the kernel never computes: a causal attention kernel skips the tiles above the diagonal.

@@ -392,13 +392,15 @@ def _log_row_segment(x: FeatureInputs) -> np.ndarray:
 
 @feature("log_broadcast_run")
 def _log_broadcast_run(x: FeatureInputs) -> np.ndarray:
-    """A broadcast op re-reads the expanded value at every run of it: a per-channel scale over 7x7 planes
-    runs slower per byte than over 56x56 ones. A run of one element (a per-channel value over channels-last
-    data, a bias over the last dimension) is no run: the value changes with every element and is read as
-    a vector, as fast as the data. Weighted by the streaming share roof / (roof + OVERHEAD_SCALE_S): a
-    small op is mostly fixed cost whatever its runs."""
+    """A kernel that walks a broadcast value's runs (eval batch norm's per-channel kernel over NCHW planes,
+    which records the plane as its row segment with no rows) runs slower per byte on short ones: 7x7 planes
+    at about a third of the bandwidth of 56x56 ones. TensorIterator's flat loop over a broadcast (a
+    per-channel mul) does not: 7x7 planes stream within 15 % of 56x56 ones (the suite's ew_channel_scale_*
+    rows), and its `broadcast` flag prices that loop. Weighted by the streaming share
+    roof / (roof + OVERHEAD_SCALE_S): a small op is mostly fixed cost whatever its runs."""
     table = x.table
-    expanded = table.broadcast & (table.broadcast_run > 1) & ~table.tensor_core
+    expanded = (table.broadcast & (table.broadcast_run > 1) & ~table.tensor_core & ~x.rowwise
+                & (table.row_segment > 0))
     streaming_share = x.roofline_s / (x.roofline_s + OVERHEAD_SCALE_S)
     return streaming_share * np.where(
         expanded, np.clip(np.log2(np.maximum(table.broadcast_run, 1.0) / BROADCAST_RUN_REF), -8.0, 0.0), 0.0)

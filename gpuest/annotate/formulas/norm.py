@@ -76,7 +76,10 @@ def _batch_norm(call: OpCall) -> Cost:
     if not cost.broadcast or not x or x[0].dim() < 2:
         return cost
     per_channel = tuple(x[0].shape[1] if d == 1 else 1 for d in range(x[0].dim()))
-    return replace(cost, broadcast_run=expanded_run(per_channel, x[0]))
+    run = expanded_run(per_channel, x[0])
+    # On NCHW data CUDA's kernel (batch_norm_transform_input_kernel) walks each channel plane by plane
+    # (Cost.row_segment); channels-last data (a run of 1) takes TensorIterator's flat loop.
+    return replace(cost, broadcast_run=run, row_segment=run if run > 1 else 0)
 
 
 for _names, _flops_in, _rows in [
