@@ -25,6 +25,7 @@ shapes), and its code says which dtypes, batches and passes run over them:
   embedding    embedding lookups and their backward
   copy         casts, transposes, permuted copies, concatenations, rolls, accumulating index_put
   strided      ops whose operands are strided views (chunks, halves, interleaved pairs)
+  grouped      mixture-of-experts grouped GEMMs (torch._grouped_mm), forward and backward
   optimizer    foreach AdamW and SGD steps
   probes       latency (one-element) and host-dispatch probes
   fp16         fp16 twins of a share of the bf16 benchmarks
@@ -40,6 +41,7 @@ from .copy import _copy, _index_put, index_put_accumulate_shapes  # noqa: F401 (
 from .elementwise import _activations_in_place, _elementwise
 from .embedding import _embedding
 from .fp16 import FP16_TWIN_CATEGORIES, FP16_TWIN_SHARE, _fp16_twins  # noqa: F401 (re-exported)
+from .grouped import _grouped_gemm
 from .matmul import _matmul
 from .norm import _norm
 from .optimizer import OPTIMIZER_FACTORIES, _optimizer  # noqa: F401 (re-exported)
@@ -61,7 +63,7 @@ def all_benchmarks(categories: Iterable[str] | None = None) -> list[Benchmark]:
     """
     grid: list[Benchmark] = []
     for family in (_matmul, _conv, _attention, _rnn, _elementwise, _activations_in_place, _reduction, _norm, _pool,
-                   _embedding, _copy, _optimizer, _probes, _nhwc_spatial, _index_put, _strided_operands):
+                   _embedding, _copy, _optimizer, _probes, _nhwc_spatial, _index_put, _strided_operands, _grouped_gemm):
         family(grid)
     grid += _fp16_twins(grid)
     by_cat: dict[str, list[Benchmark]] = {}
