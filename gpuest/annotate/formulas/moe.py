@@ -36,6 +36,24 @@ def group_sizes(call: OpCall, offs: torch.Tensor | None, extent: int, groups: in
     return np.array([base + (1 if g < extra else 0) for g in range(groups)], dtype=np.int64)
 
 
+# The groups' sizes are the routed rows (or, in a weight gradient, the contraction) of each expert: no operand
+# is laid out along them, so they set no vector width (torch requires the hidden and expert widths 16-byte
+# aligned). Where the groups differ, their mean size, which stands for them in the GEMM shape, is rounded to
+# this many elements so that an uneven routing (4096, 3916, 180 rows) is not read as a misaligned GEMM.
+GROUP_SIZE_ROUNDING = 16
+
+
+def _representative(dim: np.ndarray, sizes: np.ndarray) -> int:
+    """The mean of a GEMM dimension over the non-empty groups; where that dimension is the groups' own
+    size and the groups differ, rounded to GROUP_SIZE_ROUNDING."""
+    if not len(dim):
+        return 0
+    mean = float(dim.mean())
+    if len(set(dim.tolist())) > 1 and np.array_equal(dim, sizes[sizes > 0]):
+        return max(GROUP_SIZE_ROUNDING, int(round(mean / GROUP_SIZE_ROUNDING)) * GROUP_SIZE_ROUNDING)
+    return int(round(mean))
+
+
 def grouped_mm_cost(call: OpCall) -> Cost:
     """FLOPs 2 * sum over groups of M_g * N * K, with the GEMM shape of the mean non-empty group, the
     rows of the largest (Cost.gemm_m_max) and the weights of the groups that have rows."""
@@ -74,8 +92,8 @@ def grouped_mm_cost(call: OpCall) -> Cost:
         shape_m, shape_k = sizes, np.full(g, k)
     active = sizes > 0
     groups = int(active.sum())
-    mean_m = int(round(float(shape_m[active].mean()))) if groups else 0
-    mean_k = int(round(float(shape_k[active].mean()))) if groups else 0
+    mean_m = _representative(shape_m[active], sizes)
+    mean_k = _representative(shape_k[active], sizes)
     offs_bytes = tensor_bytes(offs) if isinstance(offs, torch.Tensor) else 0.0
     one_launch = a.dtype in GROUPED_KERNEL_DTYPES
     return Cost(flops, used_a + used_b + offs_bytes, used_out, "matmul",
