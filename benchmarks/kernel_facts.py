@@ -13,7 +13,8 @@ bytes and the direct embedding backward's time per chunk of indices, bilinear up
 walk and its gradient's 16-bit atomics, accumulating index_put's time per dependent update, the gap the
 device leaves between queued tiny kernels (against the per-op decode rows), the element rate of loops over
 strided operands, the share of VGG-16's bf16 inference spent in the broadcast bias adds after its
-convolutions, and (data/memory/workspace.*.jsonl) how much of cuDNN's convolution workspace is the two
+convolutions, a per-channel scale's bandwidth by plane size, bf16 grouped GEMMs' throughput and the grouped
+GEMMs of an MoE training step, and (data/memory/workspace.*.jsonl) how much of cuDNN's convolution workspace is the two
 transposed activations and the RNN reserve per unit tensor.
 """
 from __future__ import annotations
@@ -108,6 +109,38 @@ def mixed_add(rows: dict[str, dict]) -> str:
     ratios = [_us(r) / _us(rows[n.replace("bf16xfp32", "bf16")]) for n, r in rows.items()
               if "_bf16xfp32_" in n and _us(r) > 20]
     return f"bf16 + fp32 elementwise over 20 us: {min(ratios):.2f}-{max(ratios):.2f}x the bf16 + bf16 time"
+
+
+def channel_scales(rows: dict[str, dict]) -> str:
+    """A per-channel scale over NCHW planes (TensorIterator's broadcast loop): bandwidth by plane size."""
+    by: dict[tuple[str, int], float] = {}
+    for name, row in rows.items():
+        match = re.fullmatch(r"ew_channel_scale_(bf16|fp32)_n\d+_c\d+_hw(\d+)", name)
+        if match:
+            by[(match[1], int(match[2]))] = _bandwidth_tb_s(row)
+    return "NCHW channel scale, TB/s by plane: " + "; ".join(
+        f"{mode} {hw}x{hw} {tb:.2f}" for (mode, hw), tb in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1])))
+
+
+def grouped_gemms(rows: dict[str, dict]) -> str:
+    """bf16 torch._grouped_mm (MoE experts): achieved TFLOP/s of the forward and of the backward (2x FLOPs)."""
+    rates = {"fwd": [], "bwd": []}
+    for name, row in rows.items():
+        match = re.fullmatch(r"grouped_mm_(fwd|bwd)_bf16_g\d+_t(\d+)_h(\d+)_n(\d+)", name)
+        if match:
+            flops = 2.0 * int(match[2]) * int(match[3]) * int(match[4]) * (2 if match[1] == "bwd" else 1)
+            rates[match[1]].append(flops / (row["time_ms_median"] * 1e-3) / 1e12)
+    return "bf16 grouped GEMMs, TFLOP/s: " + "; ".join(
+        f"{d} {min(v):.0f}-{max(v):.0f} ({len(v)})" for d, v in rates.items() if v) if any(rates.values()) else \
+        "bf16 grouped GEMMs: no data"
+
+
+def moe_grouped_gemm_step() -> str:
+    """The grouped GEMMs of the non-test qwen3-MoE training step's per-op profile (kernel_profile --by-op)."""
+    (r,) = _kernel_records("H100-SXM-qwen3-moe-training")
+    ops = [o for o in r["ops"] if o["op"] == "aten::_grouped_mm"]
+    return (f"{r['model']} b{r['batch']} {r['mode']} {r['precision']}: _grouped_mm {len(ops)} shapes, "
+            f"{sum(o['us_per_iter'] for o in ops) / 1e3:.2f} ms per step of {r['kernel_sum_ms']:.2f} ms")
 
 
 def odd_rows(rows: dict[str, dict]) -> str:
@@ -435,7 +468,7 @@ def main() -> None:
                      odd_rows(rows), reductions(gpu, rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
                      pointwise_planes(gpu, rows), embedding_lookups(rows), bilinear_upsampling(rows),
                      rnn_step_times(rows), index_put_chains(rows), queued_kernel_gap(gpu, rows),
-                     strided_operands(gpu, rows)):
+                     strided_operands(gpu, rows), channel_scales(rows), grouped_gemms(rows)):
             print("  " + line)
     print(persistent_rnn_steps())
     print(per_step_rnn_gemms())
@@ -443,6 +476,7 @@ def main() -> None:
     print(layout_transform_shares("H100-SXM-training"))
     print(layout_transform_shares("H100-SXM-inference"))
     print(by_op_leaders())
+    print(moe_grouped_gemm_step())
     print(conv_workspaces())
     print(rnn_reserves())
 
