@@ -283,6 +283,9 @@ def test_accumulating_index_put_walks_the_balanced_run_of_duplicates(experts):
     (node,) = _index_put_nodes(graph)
     assert node["dependent_updates"] == tokens // experts - 1
     assert node["variant"] == "accumulate"
+    # the sort pipeline's launches as profiled (data/kernels/H100-SXM-index-put.txt): 10 up to 1024 indices
+    from gpuest.annotate.formulas.memory import ACCUMULATE_KERNELS
+    assert node["kernels"] == ACCUMULATE_KERNELS[0] == 10
     # the serial chain is priced beyond the op's bytes, and shorter runs cost less
     est = estimate_graph(graph, gpu="H100-SXM")
     row = est.per_node.set_index("node").loc[[n for n, d in graph.nodes(data=True) if d is node][0]]

@@ -28,8 +28,9 @@ from scipy.spatial.distance import cdist
 from gpuest.catalog import GPUSpec, get_gpu
 from gpuest.errors import ProfileError
 from gpuest.jsonl import read_jsonl
-from gpuest.price.device_time import (RESIDUAL_CLIP, DeviceTimes, device_times, dram_floor_s, fit_key, fit_keys,
-                                         log_floor, persistent_step_time_s, persistent_steps, within_fit_range)
+from gpuest.price.device_time import (RESIDUAL_CLIP, DeviceTimes, dependent_update_time_s, device_times, dram_floor_s,
+                                         fit_key, fit_keys, log_floor, persistent_step_time_s, persistent_steps,
+                                         within_fit_range)
 from gpuest.price.node_table import NodeTable
 from gpuest.price.profile_choice import roofline_profile
 from gpuest.price.features import RESIDUAL_FEATURES
@@ -304,8 +305,10 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
         if total_roof <= 0:
             continue
         measured = measured_device_s(r)
+        # Everything pricing adds beside the corrected roofline, so the fit does not learn it a second time.
         fixed = (float(times.kernels.sum()) * latency_s + float(table.host_syncs.sum()) * sync_s
-                 + float(persistent_step_time_s(table, *step_costs).sum()))
+                 + float(persistent_step_time_s(table, *step_costs).sum())
+                 + float(dependent_update_time_s(table).sum()))
         after_latency = max(measured - fixed, MIN_RESIDUAL_SHARE * measured)
         cats = table.category
         dominant = max(set(cats.tolist()), key=lambda c: roof[cats == c].sum())

@@ -109,6 +109,13 @@ mark_free(*iter_ops([
 mark_free(*iter_ops(["unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk"]))
 
 
+# The accumulating pipeline's launches (an async index check, the radix sort, the sorted positions, the
+# indexing kernel): 10 up to 1024 indices, 13 from 4096 on, where the sort takes more passes
+# (data/kernels/H100-SXM-index-put.txt, `python3 benchmarks/index_put_facts.py`). 1024 < n < 4096 was not measured.
+ACCUMULATE_KERNELS = (10, 13)
+ACCUMULATE_SINGLE_TILE_INDICES = 1024
+
+
 @register_cost(*iter_ops(["index_put", "index_put_", "_index_put_impl_"]))
 def _index_put(call: OpCall) -> Cost:
     # With accumulate=True, CUDA sorts the indices and one warp walks each run of equal ones, adding its
@@ -118,11 +125,11 @@ def _index_put(call: OpCall) -> Cost:
     cost = generic_cost(call, category="copy")
     if not call.arg("accumulate"):
         return cost
-    cost = replace(cost, variant="accumulate")
     target, index_list = call.first_arg, list(call.arg("indices"))
     indices = [t for t in index_list if t is not None]
+    n_idx = math.prod(torch.broadcast_shapes(*(t.shape for t in indices))) if indices else 0
+    cost = replace(cost, variant="accumulate", kernels=ACCUMULATE_KERNELS[n_idx > ACCUMULATE_SINGLE_TILE_INDICES])
     if not indices or any(t.dtype == torch.bool for t in indices):
         return cost  # a mask selects each position at most once
-    n_idx = math.prod(torch.broadcast_shapes(*(t.shape for t in indices)))
     positions = math.prod(target.shape[d] for d, t in enumerate(index_list) if t is not None)
     return replace(cost, dependent_updates=float(max(math.ceil(n_idx / max(positions, 1)) - 1, 0)))
