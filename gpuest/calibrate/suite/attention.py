@@ -67,7 +67,7 @@ def _attention_learned_bias(out: list[Benchmark]) -> None:
     (batch, head), which autograd then sums to the table."""
     for mode in ("bf16", "fp32"):
         dt = DTYPES[mode]
-        for b, h, s, dh in shape_table("attention", "learned_bias"):
+        for b, h, s, dh in shape_table("attention", "learned_bias", "learned_bias_long"):
             def leaves(device: torch.device, seed: int, i: int, b=b, h=h, s=s, dh=dh, dt=dt) -> tuple:
                 shp = (_d(b, device, 2), _d(h, device, 2), _d(s, device, 16), _d(dh, device, 8))
                 qkv = tuple(_randn(shp, dt, device, seed, i * 4 + j) for j in range(3))
