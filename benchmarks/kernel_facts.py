@@ -119,7 +119,7 @@ def channel_scales(rows: dict[str, dict]) -> str:
         if match:
             by[(match[1], int(match[2]))] = _bandwidth_tb_s(row)
     return "NCHW channel scale, TB/s by plane: " + "; ".join(
-        f"{mode} {hw}x{hw} {tb:.2f}" for (mode, hw), tb in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1])))
+        f"{mode} {hw}x{hw} {tb:.2f}" for (mode, hw), tb in sorted(by.items()))
 
 
 def grouped_gemms(rows: dict[str, dict]) -> str:

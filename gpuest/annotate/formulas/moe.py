@@ -43,13 +43,13 @@ def group_sizes(call: OpCall, offs: torch.Tensor | None, extent: int, groups: in
 GROUP_SIZE_ROUNDING = 16
 
 
-def _representative(dim: np.ndarray, sizes: np.ndarray) -> int:
-    """The mean of a GEMM dimension over the non-empty groups; where that dimension is the groups' own
-    size and the groups differ, rounded to GROUP_SIZE_ROUNDING."""
+def _representative(dim: np.ndarray) -> int:
+    """The mean of a GEMM dimension over the non-empty groups; rounded to GROUP_SIZE_ROUNDING where it differs
+    between groups (only the groups' own size can)."""
     if not len(dim):
         return 0
     mean = float(dim.mean())
-    if len(set(dim.tolist())) > 1 and np.array_equal(dim, sizes[sizes > 0]):
+    if len(set(dim.tolist())) > 1:
         return max(GROUP_SIZE_ROUNDING, int(round(mean / GROUP_SIZE_ROUNDING)) * GROUP_SIZE_ROUNDING)
     return int(round(mean))
 
@@ -92,8 +92,8 @@ def grouped_mm_cost(call: OpCall) -> Cost:
         shape_m, shape_k = sizes, np.full(g, k)
     active = sizes > 0
     groups = int(active.sum())
-    mean_m = _representative(shape_m[active], sizes)
-    mean_k = _representative(shape_k[active], sizes)
+    mean_m = _representative(shape_m[active])
+    mean_k = _representative(shape_k[active])
     offs_bytes = tensor_bytes(offs) if isinstance(offs, torch.Tensor) else 0.0
     one_launch = a.dtype in GROUPED_KERNEL_DTYPES
     return Cost(flops, used_a + used_b + offs_bytes, used_out, "matmul",

@@ -17,18 +17,17 @@ def _expert_projection(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> 
 
 
 def _grouped_gemm(out: list[Benchmark]) -> None:
-    for mode in ("bf16",):
-        dt = DTYPES[mode]
-        for groups, tokens, hidden, inter in shape_table("grouped", "grouped_gemm"):
-            params = {"dtype": mode, "groups": groups, "tokens": tokens, "hidden": hidden, "inter": inter}
-            fl = 2.0 * tokens * hidden * inter
-            nb = (tokens * (hidden + inter) + groups * hidden * inter) * dt.itemsize
+    mode = "bf16"
+    dt = DTYPES[mode]
+    for groups, tokens, hidden, inter in shape_table("grouped", "grouped_gemm"):
+        params = {"dtype": mode, "groups": groups, "tokens": tokens, "hidden": hidden, "inter": inter}
+        fl = 2.0 * tokens * hidden * inter
+        nb = (tokens * (hidden + inter) + groups * hidden * inter) * dt.itemsize
 
-            def leaves(device: torch.device, seed: int, i: int, g=groups, t=tokens, h=hidden, n=inter,
-                       dt=dt) -> tuple:
-                g, rows, h, n = _d(g, device, 2), _d(t // g, device, 8), _d(h, device), _d(n, device)
-                offs = torch.arange(1, g + 1, dtype=torch.int32, device=device) * rows
-                return (_randn((g * rows, h), dt, device, seed, i * 4), _randn((g, n, h), dt, device, seed, i * 4 + 1),
-                        offs)
-            _fwd_bwd(out, "grouped_mm", f"{mode}_g{groups}_t{tokens}_h{hidden}_n{inter}", "matmul", "grouped_mm",
-                     params, _expert_projection, leaves, 2, _est(fl, nb, mode), _est(2 * fl, 2 * nb, mode))
+        def leaves(device: torch.device, seed: int, i: int, g=groups, t=tokens, h=hidden, n=inter) -> tuple:
+            g, rows, h, n = _d(g, device, 2), _d(t // g, device, 8), _d(h, device), _d(n, device)
+            offs = torch.arange(1, g + 1, dtype=torch.int32, device=device) * rows
+            return (_randn((g * rows, h), dt, device, seed, i * 4), _randn((g, n, h), dt, device, seed, i * 4 + 1),
+                    offs)
+        _fwd_bwd(out, "grouped_mm", f"{mode}_g{groups}_t{tokens}_h{hidden}_n{inter}", "matmul", "grouped_mm",
+                 params, _expert_projection, leaves, 2, _est(fl, nb, mode), _est(2 * fl, 2 * nb, mode))
