@@ -89,8 +89,9 @@ class Cost:
         width (a block walking its indices in chunks, each chunk waiting on the last): latency a roofline
         does not see.
     variant: which family of the op's kernels its arguments select where the families differ in kind
-        (a transposed or a 1-D convolution: data-gradient kernels, height-1 planes), "" for the op's
-        usual one; the residual fit gives a variant with enough benchmarks a fit of its own.
+        (a transposed or a 1-D convolution: data-gradient kernels, height-1 planes; a backward that computes
+        the weight gradient alone), "" for the op's usual one, several joined by "+"; the residual fit
+        gives a variant with enough benchmarks a fit of its own.
     atomic_adds: the kernel accumulates into its output with atomic adds (a scatter): 16-bit atomic
         adds take about twice the time of fp32 ones (compare-and-swap loops or paired adds).
     dependent_updates: updates of one output row the kernel makes one after another, each reading what

@@ -72,10 +72,16 @@ def _convolution_backward(call: OpCall) -> Cost:
     flops = torch_flops(call)
     if groups > 1 and mask[1]:
         flops -= _weight_grad_overcount(grad_out, x, w, groups, transposed)
-    cost = replace(with_gemm(call, "conv", flops, dgrad if mask[0] else mnk, g, kernels),
+    # The weight gradient alone (a stem over the image, which needs no gradient) is one GEMM whose output
+    # is the weight (Cout/g x Cin/g*kernel) and whose K runs over the batch's output positions: a few tiles
+    # over a deep K, run by cuDNN's weight-gradient kernels (variant "weight_grad"), not the forward's GEMM.
+    weight_only = bool(mask[1]) and not mask[0]
+    gemm = dgrad if mask[0] else (mnk[1], mnk[2], mnk[0]) if weight_only else mnk
+    variant = "+".join(v for v in (_conv_variant(shape_of(w), transposed), "weight_grad" if weight_only else "") if v)
+    cost = replace(with_gemm(call, "conv", flops, gemm, g, kernels),
                    window=window, channels_last=is_channels_last(x),
                    gemm_plane=_gemm_plane(shape_of(x), shape_of(w), shape_of(grad_out), groups),
-                   variant=_conv_variant(shape_of(w), transposed),
+                   variant=variant,
                    relayout_bytes=_relayout_bytes(x, grad_out, w, groups))
     if mask[1] and not transposed and _runs_native_depthwise(shape_of(w), groups, is_channels_last(x)):
         # PyTorch's own depthwise weight gradient gives each weight a block that reduces over the batch

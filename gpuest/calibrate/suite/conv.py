@@ -20,9 +20,12 @@ class _ConvLayer(NamedTuple):
     groups: int
     dims: int = 2         # spatial dimensions
     transposed: bool = False
+    pad: int | None = None  # explicit padding (a table's), else the "same"-style default below
 
     @property
     def padding(self) -> int:
+        if self.pad is not None:
+            return self.pad
         return (self.kernel - self.stride) // 2 if self.transposed else self.kernel // 2
 
     @property
@@ -37,8 +40,8 @@ class _ConvLayer(NamedTuple):
 
     def tag(self, batch: int, channels_last: bool) -> str:
         size = f"hw{self.size}" if self.dims == 2 else f"l{self.size}"
-        return (f"c{self.cin}_{self.cout}_{size}_k{self.kernel}_s{self.stride}_g{self.groups}_n{batch}"
-                + ("_nhwc" if channels_last else ""))
+        return (f"c{self.cin}_{self.cout}_{size}_k{self.kernel}_s{self.stride}_g{self.groups}"
+                + ("" if self.pad is None else f"_p{self.pad}") + f"_n{batch}" + ("_nhwc" if channels_last else ""))
 
 
 def _conv_grid() -> list[tuple[_ConvLayer, tuple[int, ...], bool, bool | str]]:
@@ -88,7 +91,7 @@ def _conv_shapes(layer: _ConvLayer, batch: int, device: torch.device) -> tuple[t
     ci_, co_ = _d(layer.cin, device, 8), _d(layer.cout, device, 8)
     if g > 1:
         ci_, co_ = g * max(1, ci_ // g), g * max(1, co_ // g)
-    size = _d(layer.size, device, 12 if layer.dims == 2 else 64)
+    size = _d(layer.size, device, max(12 if layer.dims == 2 else 64, layer.kernel))  # a dry run keeps a kernel's window
     window = (layer.kernel,) * layer.dims
     weight = (ci_, co_ // g, *window) if layer.transposed else (co_, ci_ // g, *window)
     return (_d(batch, device, 2), ci_, *(size,) * layer.dims), weight, g
@@ -104,49 +107,77 @@ def _conv_call(layer: _ConvLayer, g: int) -> Callable[[torch.Tensor, torch.Tenso
 
 def _conv(out: list[Benchmark]) -> None:
     for mode in ("tf32", "bf16"):
-        dt = DTYPES[mode]
         for layer, batches, all_bwd, last in _conv_grid():
-            cin, cout, kk, groups = layer.cin, layer.cout, layer.kernel, layer.groups
             for batch in batches:
-                window = kk ** layer.dims
-                in_sp, out_sp = layer.size ** layer.dims, layer.out_size ** layer.dims
-                # a transposed convolution's work is its adjoint's: every input pixel meets every weight
-                fl = 2.0 * batch * window * (cin * in_sp * (cout // groups) if layer.transposed
-                                             else cout * out_sp * (cin // groups))
-                nb = (batch * cin * in_sp + cout * (cin // groups) * window + batch * cout * out_sp) * dt.itemsize
-                tag = layer.tag(batch, last)
-                params = {"dtype": mode, "batch": batch, "cin": cin, "cout": cout, "hw": layer.size, "kernel": kk,
-                          "stride": layer.stride, "groups": groups, "padding": layer.padding}
-                if layer.dims != 2 or layer.transposed:
-                    params.update(dims=layer.dims, transposed=layer.transposed)
-                if last:
-                    params["memory_format"] = "channels_last"
-                if last == "weights":
-                    params["weight_memory_format"] = "channels_last"
+                _conv_benchmarks(out, mode, layer, batch, last, fwd=True, bwd=all_bwd or batch >= 32)
+    _conv_padded_tables(out)
 
-                def build_fwd(device: torch.device, seed: int, layer=layer, batch=batch, dt=dt) -> Built:
-                    xs, ws, g = _conv_shapes(layer, batch, device)
-                    return _simple(_conv_call(layer, g), [xs, ws], [dt, dt])(device, seed)
-                out.append(Benchmark(f"{layer.prefix}_fwd_{mode}_{tag}", "conv", {"op": layer.prefix, **params},
-                                     _channels_last(build_fwd, (0, 1) if last == "weights" else (0,)) if last
-                                     else build_fwd,
-                                     est_ms=_est(fl, nb, mode)))
-                if all_bwd or batch >= 32:
-                    def build_bwd(device: torch.device, seed: int, layer=layer, batch=batch, dt=dt) -> Built:
-                        xs, ws, g = _conv_shapes(layer, batch, device)
-                        ys = tuple(_meta_out_shape(_conv_call(layer, g), xs, ws))
-                        n = layer.dims
 
-                        def fn(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> Any:
-                            return torch.ops.aten.convolution_backward(
-                                dy, x, w, None, [layer.stride] * n, [layer.padding] * n, [1] * n, layer.transposed,
-                                [0] * n, g, [True, True, False])
-                        return _simple(fn, [ys, xs, ws], [dt, dt, dt])(device, seed)
-                    out.append(Benchmark(f"{layer.prefix}_bwd_{mode}_{tag}", "conv",
-                                         {"op": layer.prefix + "_backward", **params},
-                                         _channels_last(build_bwd, (0, 1, 2) if last == "weights" else (0, 1))
-                                         if last else build_bwd,
-                                         est_ms=_est(2 * fl, 2 * nb, mode)))
+def _conv_padded_tables(out: list[Benchmark]) -> None:
+    """The layers whose padding their tables give: image stems, whose backward computes the weight
+    gradient only (the image needs none), and non-overlapping patch-merging layers; at training batches,
+    bf16 also on channels-last activations. A stem whose padding is the grid's default already has its
+    forward in the grid."""
+    layers = ([(_ConvLayer(ci, co, hw, k, s, 1, pad=p), True) for ci, co, hw, k, s, p in shape_table("conv", "image_stems")]
+              + [(_ConvLayer(ci, co, hw, k, s, 1, pad=p), False)
+                 for ci, co, hw, k, s, p in shape_table("conv", "patch_merging")])
+    for mode in ("tf32", "bf16"):
+        for layer, weight_only in layers:
+            fwd = layer.pad != layer.kernel // 2
+            for batch in (32, 128):
+                _conv_benchmarks(out, mode, layer, batch, False, fwd=fwd, bwd=True, weight_only=weight_only)
+            if mode == "bf16":
+                _conv_benchmarks(out, mode, layer, 128, True, fwd=True, bwd=True, weight_only=weight_only)
+
+
+def _conv_benchmarks(out: list[Benchmark], mode: str, layer: _ConvLayer, batch: int, last: bool | str, *,
+                     fwd: bool, bwd: bool, weight_only: bool = False) -> None:
+    """The forward and/or backward benchmark of `layer` at `batch` in `mode`; `last` as in _conv_grid;
+    weight_only: the backward computes the weight gradient alone (named "bwdw")."""
+    dt = DTYPES[mode]
+    cin, cout, kk, groups = layer.cin, layer.cout, layer.kernel, layer.groups
+    window = kk ** layer.dims
+    in_sp, out_sp = layer.size ** layer.dims, layer.out_size ** layer.dims
+    # a transposed convolution's work is its adjoint's: every input pixel meets every weight
+    fl = 2.0 * batch * window * (cin * in_sp * (cout // groups) if layer.transposed
+                                 else cout * out_sp * (cin // groups))
+    nb = (batch * cin * in_sp + cout * (cin // groups) * window + batch * cout * out_sp) * dt.itemsize
+    tag = layer.tag(batch, bool(last))
+    params = {"dtype": mode, "batch": batch, "cin": cin, "cout": cout, "hw": layer.size, "kernel": kk,
+              "stride": layer.stride, "groups": groups, "padding": layer.padding}
+    if layer.dims != 2 or layer.transposed:
+        params.update(dims=layer.dims, transposed=layer.transposed)
+    if last:
+        params["memory_format"] = "channels_last"
+    if last == "weights":
+        params["weight_memory_format"] = "channels_last"
+    if fwd:
+        def build_fwd(device: torch.device, seed: int) -> Built:
+            xs, ws, g = _conv_shapes(layer, batch, device)
+            return _simple(_conv_call(layer, g), [xs, ws], [dt, dt])(device, seed)
+        out.append(Benchmark(f"{layer.prefix}_fwd_{mode}_{tag}", "conv", {"op": layer.prefix, **params},
+                             _channels_last(build_fwd, (0, 1) if last == "weights" else (0,)) if last
+                             else build_fwd,
+                             est_ms=_est(fl, nb, mode)))
+    if bwd:
+        mask = [not weight_only, True, False]
+
+        def build_bwd(device: torch.device, seed: int) -> Built:
+            xs, ws, g = _conv_shapes(layer, batch, device)
+            ys = tuple(_meta_out_shape(_conv_call(layer, g), xs, ws))
+            n = layer.dims
+
+            def fn(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> Any:
+                return torch.ops.aten.convolution_backward(
+                    dy, x, w, None, [layer.stride] * n, [layer.padding] * n, [1] * n, layer.transposed,
+                    [0] * n, g, mask)
+            return _simple(fn, [ys, xs, ws], [dt, dt, dt])(device, seed)
+        bwd_params = {**params, "output_mask": mask} if weight_only else params
+        out.append(Benchmark(f"{layer.prefix}_{'bwdw' if weight_only else 'bwd'}_{mode}_{tag}", "conv",
+                             {"op": layer.prefix + "_backward", **bwd_params},
+                             _channels_last(build_bwd, (0, 1, 2) if last == "weights" else (0, 1))
+                             if last else build_bwd,
+                             est_ms=_est(fl if weight_only else 2 * fl, 2 * nb, mode)))
 
 
 def _meta_out_shape(fn: Callable[..., torch.Tensor], *shapes: Sequence[int]) -> torch.Size:

@@ -69,7 +69,7 @@ def _colsum(out: list[Benchmark], mode: str, r: int, c: int) -> None:
 
 def _reduction_more(out: list[Benchmark]) -> None:
     """Row reductions on bf16 data, column sums of more widths, softmax over attention-score
-    rows (eager attention: 1024, 577 and 256 keys)."""
+    rows (eager attention: 1024, 577 and 256 keys), and narrow column sums over many tokens."""
     for opname, fn in {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax}.items():
         for r, c in shape_table("reduction", "bf16_rows"):
             def build(device: torch.device, seed: int, r=r, c=c, fn=fn) -> Built:
@@ -85,6 +85,9 @@ def _reduction_more(out: list[Benchmark]) -> None:
             _softmax_rows(out, mode, r, c)
     for mode, r, c in shape_table("reduction", "window_softmax"):
         _softmax_rows(out, mode, r, c)
+    for mode in ("fp32", "bf16"):
+        for r, c in shape_table("reduction", "column_sums_narrow"):
+            _colsum(out, mode, r, c)
 
 
 def _softmax_rows(out: list[Benchmark], mode: str, r: int, c: int) -> None:
