@@ -73,3 +73,30 @@ def test_reduce_launches_leaves_other_nodes_alone():
     assert fill[0] == 1.0 and memsets[0] == 0.0 and steps[0] == 0.0
     assert 0.0 < fill[1] <= 1.0 and memsets[1] == 1.0 and steps[1] > 0
     assert np.all(np.isfinite(fill))
+
+
+def _layer_norm_backward_table(rows: int, width: int) -> NodeTable:
+    """The node table of a training step of one affine LayerNorm over `rows` rows of `width`."""
+    import torch
+
+    from gpuest import trace
+    from gpuest.price.node_table import node_table
+    graph = trace(torch.nn.LayerNorm(width), (torch.empty(rows, width, device="meta"),), mode="training")
+    return node_table(graph)
+
+
+def test_a_layer_norm_backward_walks_its_rows_until_there_are_enough_to_split():
+    from gpuest.price.reduce_launch import GAMMA_BETA_ROWS_PER_STEP, GAMMA_BETA_SPLIT_ROWS, column_walk_steps
+    walked = column_walk_steps(GAMMA_BETA_SPLIT_ROWS, 192, H100.sm_count)
+    assert walked == GAMMA_BETA_SPLIT_ROWS // GAMMA_BETA_ROWS_PER_STEP
+    assert column_walk_steps(GAMMA_BETA_SPLIT_ROWS + 1, 192, H100.sm_count) == 0
+    # Column blocks that would fill half the SMs keep walking whatever the rows.
+    assert column_walk_steps(4 * GAMMA_BETA_SPLIT_ROWS, 32 * H100.sm_count, H100.sm_count) > 0
+    # The traced backward of an affine layer norm carries the walk into its launch; its forward none.
+    for rows, expect_steps in ((GAMMA_BETA_SPLIT_ROWS, True), (2 * GAMMA_BETA_SPLIT_ROWS, False)):
+        table = _layer_norm_backward_table(rows, 96)
+        backward = np.flatnonzero(table.sums_columns)
+        assert len(backward) == 1 and "layer_norm_backward" in table.op[backward[0]]
+        steps = reduce_launches(table, H100).final_steps
+        assert (steps[backward[0]] > 0) == expect_steps
+        assert not steps[np.flatnonzero(np.char.find(table.op.astype(str), "native_layer_norm.") >= 0)].any()

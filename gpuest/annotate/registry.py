@@ -97,6 +97,9 @@ class Cost:
     dependent_updates: updates of one output row the kernel makes one after another, each reading what
         the last one wrote: an index_put that accumulates walks each run of equal indices with one warp
         (Indexing.cu, indexing_backward_kernel), so its longest run is a serial chain whatever the GPU's width.
+    sums_columns: the op also sums its incoming gradient over all rows for each column (layer and RMS
+        norm's weight and bias gradients): ATen gives each 32 columns a block that walks the rows in turn
+        until there are enough rows to split them (gpuest.price.reduce_launch.column_walk_steps).
     relayout_bytes: for a convolution cuDNN runs (not PyTorch's own depthwise kernels), the bytes of the two
         activations each of its cuDNN calls transposes when it computes NCHW data in NHWC (forward: input and
         output; backward: output gradient and input); they are held in a workspace during the call
@@ -133,6 +136,7 @@ class Cost:
     variant: str = ""
     atomic_adds: bool = False
     dependent_updates: float = 0.0
+    sums_columns: bool = False
     relayout_bytes: float = 0.0
 
     def __post_init__(self) -> None:

@@ -55,6 +55,7 @@ class NodeTable:
     fit_op: np.ndarray        # str: the op qualified by its kernel variant (Cost.variant), as fits key it
     atomic_adds: np.ndarray   # bool: accumulates into its output with atomic adds (a scatter)
     dependent_updates: np.ndarray  # serial read-modify-writes of one output row (Cost.dependent_updates)
+    sums_columns: np.ndarray  # bool: also sums its gradient over the rows per column (Cost.sums_columns)
     free: np.ndarray          # bool: metadata-only, no kernel, no host dispatch worth pricing
     host_only: np.ndarray     # bool: runs on the CPU only
     supported: np.ndarray     # bool

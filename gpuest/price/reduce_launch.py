@@ -94,17 +94,36 @@ def reduce_launch(rows: int, row_len: int, row_segment: int, sm_count: int, thre
     return ReduceLaunch(threads, grid * ctas, ctas > 1, _div_up(ctas, per_output) if ctas > 1 else 0)
 
 
+# Layer/RMS norm's weight and bias gradients (LaunchGammaBetaBackwardCUDAKernel): each 32 columns get one
+# block that walks every row in 256-row tiles, one tile after another, unless there are more than
+# GAMMA_BETA_SPLIT_ROWS rows and the column blocks fill under half the SMs, when the rows are split over
+# blocks and summed by a second pass. A walking block covers GAMMA_BETA_ROWS_PER_STEP rows in the time of
+# one serial step (4.0-5.1 ns a row against 1.0-1.6 split; `python3 benchmarks/kernel_facts.py`).
+GAMMA_BETA_SPLIT_ROWS = 64 * 1024
+GAMMA_BETA_COLUMNS = 32
+GAMMA_BETA_ROWS_PER_STEP = 64
+
+
+def column_walk_steps(rows: int, cols: int, sm_count: int) -> int:
+    """Serial steps of the block that sums `rows` rows of one column group of a norm's weight gradient
+    on a GPU of `sm_count` SMs: rows / GAMMA_BETA_ROWS_PER_STEP while it walks them, 0 once split."""
+    split = rows > GAMMA_BETA_SPLIT_ROWS and cols // GAMMA_BETA_COLUMNS < sm_count // 2
+    return 0 if split else _div_up(rows, GAMMA_BETA_ROWS_PER_STEP)
+
+
 class NodeLaunches(NamedTuple):
     """Per-node arrays of a table's reduction launches (reduce_launches)."""
 
     fill: np.ndarray          # share of the GPU's thread slots the grid fills; 1 for other nodes
     memsets: np.ndarray       # memsets before the kernel (0 or 1)
-    final_steps: np.ndarray   # serial steps of the global-memory finish (ReduceLaunch.final_steps)
+    final_steps: np.ndarray   # serial steps one block takes in turn: a split reduction's global-memory
+                              # finish (ReduceLaunch.final_steps), a norm's weight-gradient row walk
 
 
 def reduce_launches(table: "NodeTable", gpu: "GPUSpec") -> NodeLaunches:
-    """The launch on `gpu` of every node of `table` that runs the generic reduction kernel; any other
-    node counts as filling the GPU and adds no memset and no finishing steps."""
+    """The launch on `gpu` of every node of `table` that runs the generic reduction kernel, and the row
+    walk of every norm backward that sums its gradient's columns (column_walk_steps); any other node
+    counts as filling the GPU and adds no memset and no serial steps."""
     fill = np.ones(len(table))
     memsets = np.zeros(len(table))
     steps = np.zeros(len(table))
@@ -115,4 +134,7 @@ def reduce_launches(table: "NodeTable", gpu: "GPUSpec") -> NodeLaunches:
         fill[i] = launch.fill(gpu.sm_count, gpu.max_threads_per_sm)
         memsets[i] = float(launch.global_reduce)
         steps[i] = float(launch.final_steps)
+    for i in np.flatnonzero(table.sums_columns):
+        rows, cols = table.rowwise[i]
+        steps[i] += float(column_walk_steps(int(rows), int(cols), gpu.sm_count))
     return NodeLaunches(fill, memsets, steps)

@@ -82,17 +82,27 @@ def _batch_norm(call: OpCall) -> Cost:
     return replace(cost, broadcast_run=run, row_segment=run if run > 1 else 0)
 
 
-for _names, _flops_in, _rows in [
-    (["native_layer_norm", "_fused_rms_norm"], 5.0, _trailing_rows),
-    (["native_layer_norm_backward", "_fused_rms_norm_backward"], 8.0, _trailing_rows),
-    (["_batch_norm_with_update"], 5.0, _channel_rows),
-    (["native_batch_norm_backward", "batch_norm_backward", "cudnn_batch_norm_backward"], 8.0, _channel_rows),
-    (["native_group_norm"], 5.0, _group_rows),
-    (["native_group_norm_backward"], 8.0, _group_rows),
-    (["instance_norm"], 5.0, None),  # composite: traces as batch norm; registered in case a backend keeps it
+def _weight_gradient_columns(formula: Any) -> Any:
+    """`formula` of a layer/RMS norm backward, with Cost.sums_columns where its output mask asks for the
+    weight (or bias) gradient: a sum of the incoming gradient over every row, per column."""
+    def priced(call: OpCall) -> Cost:
+        mask = call.arg("output_mask")
+        return replace(formula(call), sums_columns=bool(mask) and any(bool(m) for m in list(mask)[1:]))
+    return priced
+
+
+_keep = lambda formula: formula  # noqa: E731
+for _names, _flops_in, _rows, _wrap in [
+    (["native_layer_norm", "_fused_rms_norm"], 5.0, _trailing_rows, _keep),
+    (["native_layer_norm_backward", "_fused_rms_norm_backward"], 8.0, _trailing_rows, _weight_gradient_columns),
+    (["_batch_norm_with_update"], 5.0, _channel_rows, _per_channel),
+    (["native_batch_norm_backward", "batch_norm_backward", "cudnn_batch_norm_backward"], 8.0, _channel_rows,
+     _per_channel),
+    (["native_group_norm"], 5.0, _group_rows, _keep),
+    (["native_group_norm_backward"], 8.0, _group_rows, _keep),
+    (["instance_norm"], 5.0, None, _keep),  # composite: traces as batch norm; registered in case a backend keeps it
 ]:
-    _formula = by_category("norm", flops_per_input=_flops_in, rows=_rows)
-    register_cost(*iter_ops(_names))(_per_channel(_formula) if _rows is _channel_rows else _formula)
+    register_cost(*iter_ops(_names))(_wrap(by_category("norm", flops_per_input=_flops_in, rows=_rows)))
 
 
 # PyTorch's layer norm kernels copy a non-contiguous input (and, backward, the incoming gradient) to a
