@@ -167,6 +167,35 @@ def reductions(gpu: str, rows: dict[str, dict]) -> str:
             f"{show(columns, '{:.1f}x')}; full reductions {show(full, '{:.1f} us')}")
 
 
+def layer_norm_weight_gradients(rows: dict[str, dict]) -> str:
+    """Layer norm's backward per row: up to 65536 rows ATen's weight/bias-gradient kernel gives each 32
+    columns one block that walks all the rows in turn, past that it splits the rows over blocks
+    (gpuest/price/reduce_launch.py, GAMMA_BETA_SPLIT_ROWS)."""
+    shapes = ((16384, 64), (32768, 30), (50176, 128), (65536, 256), (100352, 192), (200704, 96), (401408, 96))
+    out = [f"{m}x{n} {_us(rows[f'layernorm_bwd_bf16_t{m}_d{n}']) * 1e3 / m:.1f}" for m, n in shapes]
+    return "layer norm backward (bf16), ns per row: " + ", ".join(out)
+
+
+def permuted_elementwise(rows: dict[str, dict]) -> str:
+    """Binary ops with a permuted operand, time per byte against a whole-row permuted add of the same dtype
+    (a transposed operand, nothing wasted), by the share of fetched sectors unused, 1 - 1 / amplification
+    (gpuest.price.features read_waste)."""
+    out = []
+    for mode in ("fp32", "bf16"):
+        def per_byte(name: str) -> float:
+            node = next(n for n in rows[name]["nodes"] if not n.get("free"))
+            return _us(rows[name]) / (node["bytes_read"] + node["bytes_written"])
+        base = statistics.median(per_byte(n) for n in rows if n.startswith(f"ew_add_transposed_{mode}_"))
+        by_waste: dict[float, list[float]] = {}
+        for n in rows:
+            if n.startswith("ew_add_mixed_") and f"_{mode}_" in n:
+                node = next(x for x in rows[n]["nodes"] if not x.get("free"))
+                waste = round(1.0 - 1.0 / max(node.get("read_amplification", 1.0), 1.0), 2)
+                by_waste.setdefault(waste, []).append(per_byte(n) / base)
+        out.append(f"{mode} " + ", ".join(f"{w:.2f}: {statistics.median(v):.1f}x" for w, v in sorted(by_waste.items())))
+    return "permuted adds, time per byte over a whole-row permuted add, by unused sector share: " + "; ".join(out)
+
+
 def embedding_lookups(rows: dict[str, dict]) -> str:
     """Embedding lookups beyond their bytes (GATHER_* in gpuest/price/device_time.py) and the direct
     embedding backward's serial chunks (EMBEDDING_BWD_CHUNK in gpuest/annotate/formulas/embedding.py)."""
@@ -465,7 +494,7 @@ def main() -> None:
         print(f"== {gpu}")
         for line in (causal_pairs(gpu, rows), copies(rows), permuted_reads(gpu, rows), nhwc_depthwise(rows),
                      mixed_add(rows),
-                     odd_rows(rows), reductions(gpu, rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
+                     odd_rows(rows), reductions(gpu, rows), layer_norm_weight_gradients(rows), permuted_elementwise(rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
                      pointwise_planes(gpu, rows), embedding_lookups(rows), bilinear_upsampling(rows),
                      rnn_step_times(rows), index_put_chains(rows), queued_kernel_gap(gpu, rows),
                      strided_operands(gpu, rows), channel_scales(rows), grouped_gemms(rows)):

@@ -939,3 +939,30 @@ def test_a_gpu_without_profile_averages_the_corrections_of_every_gpu_that_measur
     assert {"V100-PCIe-32GB", "A100-PCIe-40GB", "H100-SXM"} <= by_node[2]
     # A GPU with its own profile prices every node with it.
     assert choose_profile(get_gpu("H100")).donors == ()
+
+
+def test_a_stem_over_the_image_computes_only_its_weight_gradient_as_that_gemm():
+    """The first convolution of a training step gets no input gradient (the image needs none): its
+    backward is the "weight_grad" variant, a GEMM with the weight as output and K over the batch's output
+    positions; a later convolution's backward computes both gradients and keeps the op's usual kernels."""
+    import torch
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 96, 4, stride=4), torch.nn.Conv2d(96, 96, 3, padding=1))
+    graph = gpuest.trace(model, (torch.empty(8, 3, 64, 64, device="meta"),), mode="training")
+    backward = [a for _, a in graph.nodes(data=True) if a["op"] == "aten.convolution_backward.default"]
+    stem = next(a for a in backward if a["module"] == "0")
+    later = next(a for a in backward if a["module"] == "1")
+    assert stem["variant"] == "weight_grad" and later["variant"] == ""
+    assert (stem["gemm_m"], stem["gemm_n"], stem["gemm_k"]) == (96, 3 * 4 * 4, 8 * 16 * 16)
+    assert stem["flops"] == pytest.approx(2.0 * 96 * 3 * 4 * 4 * 8 * 16 * 16)
+
+
+def test_read_waste_is_the_share_of_fetched_sectors_a_permuted_op_leaves_unused():
+    from gpuest.price.features import RESIDUAL_FEATURES
+    base = {"op": "aten.add.Tensor", "category": "elementwise", "math_mode": "fp32", "flops": 1e6,
+            "bytes_read": 8e6, "bytes_written": 4e6}
+    table = NodeTable.from_records([{**base, "permuted": True, "read_amplification": 1.0},
+                                    {**base, "permuted": True, "read_amplification": 2.0},
+                                    {**base, "permuted": True, "read_amplification": 16.0},
+                                    {**base, "permuted": False, "read_amplification": 1.0}])
+    times, _ = device_times(table, get_gpu("H100"), 1980.0, prior_profile())
+    assert times.features[:, RESIDUAL_FEATURES.index("read_waste")].tolist() == [0.0, 0.5, 0.9375, 0.0]

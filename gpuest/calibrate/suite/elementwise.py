@@ -1,5 +1,6 @@
 """Elementwise ops over flat tensors (unary and binary, fp32 and bf16, bf16 meeting fp32), broadcast
-bias adds, in-place activations and ReLU's backward, and division by a Python number."""
+bias adds, binary ops of activations in two memory formats, in-place activations and ReLU's backward,
+and division by a Python number."""
 from __future__ import annotations
 
 import math
@@ -8,7 +9,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from .base import DTYPES, Benchmark, Built, _d, _est, _numels, _simple, _tiny
+from .base import DTYPES, Benchmark, Built, _d, _est, _nchw, _numels, _simple, _tiny
 from .shape_tables import shape_table
 
 
@@ -57,6 +58,43 @@ def _elementwise(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"ew_{opname}_bf16xfp32_n{n}", "elementwise",
                                  {"op": opname, "dtype": "bf16+fp32", "numel": n}, build,
                                  est_ms=_est(2.0 * n, 10.0 * n, "fp32")))
+    _mixed_layouts(out, binary)
+
+
+def _mixed_layouts(out: list[Benchmark], binary: dict[str, Callable[..., Any]]) -> None:
+    """Binary ops of an NCHW activation and a channels-last one (a block that permutes its activations
+    meeting its residual stream): TensorIterator writes in the first input's order and reads the other
+    through its strides, one element per lane, with a read amplification that grows with the channels;
+    and of a tensor and the transpose of another, read in whole rows."""
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for n, c, hw in shape_table("elementwise", "mixed_layouts"):
+            for first in ("nchw", "nhwc"):
+                for opname, fn in binary.items():
+                    def build(device: torch.device, seed: int, n=n, c=c, hw=hw, fn=fn, first=first, dt=dt) -> Built:
+                        inner = _simple(fn, [_nchw(device, n, c, hw)] * 2, [dt, dt])(device, seed)
+                        last = 1 if first == "nchw" else 0
+
+                        def make_set(i: int) -> tuple:
+                            return tuple(t.contiguous(memory_format=torch.channels_last) if j == last else t
+                                         for j, t in enumerate(inner.make_set(i)))
+                        return Built(inner.fn, make_set)
+                    numel = n * c * hw * hw
+                    out.append(Benchmark(f"ew_{opname}_mixed_{first}_first_{mode}_n{n}_c{c}_hw{hw}", "elementwise",
+                                         {"op": opname, "dtype": mode, "shape": [n, c, hw, hw],
+                                          "layouts": [first, "nhwc" if first == "nchw" else "nchw"]}, build,
+                                         est_ms=_est(numel, 3.0 * numel * dt.itemsize, mode)))
+        # A (seq, batch, dim) result met as its (batch, seq, dim) transpose (nn.MultiheadAttention's output
+        # with batch_first): read through its strides, but in whole rows of `dim`, every sector used.
+        for b, sq, d in shape_table("elementwise", "transposed_operand"):
+            for opname, fn in binary.items():
+                def build_t(device: torch.device, seed: int, b=b, sq=sq, d=d, fn=fn, dt=dt) -> Built:
+                    shapes = [(_d(b, device, 2), _d(sq, device), _d(d, device)), (_d(sq, device), _d(b, device, 2), _d(d, device))]
+                    return _simple(lambda x, y: fn(x, y.transpose(0, 1)), shapes, [dt, dt])(device, seed)
+                numel = b * sq * d
+                out.append(Benchmark(f"ew_{opname}_transposed_{mode}_b{b}_s{sq}_d{d}", "elementwise",
+                                     {"op": opname, "dtype": mode, "shape": [b, sq, d], "transposed_operand": 1},
+                                     build_t, est_ms=_est(numel, 3.0 * numel * dt.itemsize, mode)))
 
 
 def _activations_in_place(out: list[Benchmark]) -> None:
