@@ -837,14 +837,15 @@ def _conv_nodes(graph: nx.DiGraph, op: str) -> list[dict]:
 
 def test_conv_backward_gemm_is_the_data_gradient():
     """convolution_backward's representative GEMM is the data gradient (M = N*input spatial, N = Cin/g,
-    K = Cout/g * kernel); when only the weight gradient is computed (the first layer), the forward GEMM."""
+    K = Cout/g * kernel); when only the weight gradient is computed (the first layer), that GEMM (M = Cout/g,
+    N = Cin/g * kernel, K = N*output spatial)."""
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 7, 2, 3, bias=False), torch.nn.ReLU(),
                                 torch.nn.Conv2d(64, 32, 3, 1, 1, bias=False))
     graph = trace(model, (torch.empty(2, 3, 32, 32),), mode="training")
     gemm = lambda d: (d["gemm_m"], d["gemm_n"], d["gemm_k"], d["kernels"])  # noqa: E731
     second, first = _conv_nodes(graph, "convolution_backward")
     assert gemm(second) == (2 * 16 * 16, 64, 32 * 9, 2)
-    assert gemm(first) == (2 * 16 * 16, 64, 3 * 49, 1)
+    assert gemm(first) == (64, 3 * 49, 2 * 16 * 16, 1) and first["variant"] == "weight_grad"
 
 
 def test_transposed_conv_gemm_shapes():
@@ -861,12 +862,13 @@ def test_transposed_conv_gemm_shapes():
 def test_transposed_and_1d_convolutions_are_kernel_variants():
     """cuDNN runs a transposed convolution with data-gradient kernels and a 1-D one over height-1 planes:
     both ops and their backward carry the variant, so the residual fit can give them fits of their own
-    while a plain 2-D convolution keeps the op's."""
+    while a plain 2-D convolution keeps the op's (its backward here, the first layer's, computes the weight
+    gradient alone: a variant of its own too)."""
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ConvTranspose2d(8, 8, 2, 2), torch.nn.Flatten(2),
                                 torch.nn.Conv1d(8, 4, 3))
     graph = trace(model, (torch.empty(2, 3, 10, 10),), mode="training")
     assert [d["variant"] for d in _conv_nodes(graph, "convolution")] == ["", "transposed", "1d"]
-    assert sorted(d["variant"] for d in _conv_nodes(graph, "convolution_backward")) == ["", "1d", "transposed"]
+    assert sorted(d["variant"] for d in _conv_nodes(graph, "convolution_backward")) == ["1d", "transposed", "weight_grad"]
 
 
 @pytest.mark.parametrize("mode, channels_last, serial", [("bilinear", False, True), ("bilinear", True, False),
