@@ -494,7 +494,8 @@ def main() -> None:
         print(f"== {gpu}")
         for line in (causal_pairs(gpu, rows), copies(rows), permuted_reads(gpu, rows), nhwc_depthwise(rows),
                      mixed_add(rows),
-                     odd_rows(rows), reductions(gpu, rows), layer_norm_weight_gradients(rows), permuted_elementwise(rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
+                     odd_rows(rows), reductions(gpu, rows), layer_norm_weight_gradients(rows),
+                     permuted_elementwise(rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
                      pointwise_planes(gpu, rows), embedding_lookups(rows), bilinear_upsampling(rows),
                      rnn_step_times(rows), index_put_chains(rows), queued_kernel_gap(gpu, rows),
                      strided_operands(gpu, rows), channel_scales(rows), grouped_gemms(rows)):

@@ -118,7 +118,8 @@ def _conv_padded_tables(out: list[Benchmark]) -> None:
     gradient only (the image needs none), and non-overlapping patch-merging layers; at training batches,
     bf16 also on channels-last activations. A stem whose padding is the grid's default already has its
     forward in the grid."""
-    layers = ([(_ConvLayer(ci, co, hw, k, s, 1, pad=p), True) for ci, co, hw, k, s, p in shape_table("conv", "image_stems")]
+    layers = ([(_ConvLayer(ci, co, hw, k, s, 1, pad=p), True)
+               for ci, co, hw, k, s, p in shape_table("conv", "image_stems")]
               + [(_ConvLayer(ci, co, hw, k, s, 1, pad=p), False)
                  for ci, co, hw, k, s, p in shape_table("conv", "patch_merging")])
     for mode in ("tf32", "bf16"):

@@ -89,7 +89,8 @@ def _mixed_layouts(out: list[Benchmark], binary: dict[str, Callable[..., Any]]) 
         for b, sq, d in shape_table("elementwise", "transposed_operand"):
             for opname, fn in binary.items():
                 def build_t(device: torch.device, seed: int, b=b, sq=sq, d=d, fn=fn, dt=dt) -> Built:
-                    shapes = [(_d(b, device, 2), _d(sq, device), _d(d, device)), (_d(sq, device), _d(b, device, 2), _d(d, device))]
+                    shapes = [(_d(b, device, 2), _d(sq, device), _d(d, device)),
+                              (_d(sq, device), _d(b, device, 2), _d(d, device))]
                     return _simple(lambda x, y: fn(x, y.transpose(0, 1)), shapes, [dt, dt])(device, seed)
                 numel = b * sq * d
                 out.append(Benchmark(f"ew_{opname}_transposed_{mode}_b{b}_s{sq}_d{d}", "elementwise",
