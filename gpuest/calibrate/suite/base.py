@@ -178,6 +178,18 @@ def _simple(fn: Callable[..., Any], shapes: Sequence[Sequence[int]], dtypes: Seq
     return build
 
 
+def _channels_last(build: Callable[[torch.device, int], Built], args: tuple[int, ...]) -> Callable[..., Built]:
+    """`build` with the 4-d inputs at positions `args` stored channels-last (NHWC), as a model that
+    permutes its activations hands them to the op."""
+    def wrapped(device: torch.device, seed: int) -> Built:
+        built = build(device, seed)
+        def make_set(i: int) -> tuple:
+            return tuple(t.contiguous(memory_format=torch.channels_last) if j in args else t
+                         for j, t in enumerate(built.make_set(i)))
+        return Built(built.fn, make_set)
+    return wrapped
+
+
 def _numels() -> list[int]:
     """Element counts of the flat streaming benchmarks (elementwise ops, casts)."""
     return shape_column("base", "numels")

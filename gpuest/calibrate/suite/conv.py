@@ -7,7 +7,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import torch
 import torch.nn.functional as F
 
-from .base import DTYPES, Benchmark, Built, _d, _est, _simple, _tiny
+from .base import DTYPES, Benchmark, Built, _channels_last, _d, _est, _simple, _tiny
 from .shape_tables import shape_column, shape_table
 
 
@@ -71,18 +71,6 @@ def _conv_grid() -> list[tuple[_ConvLayer, tuple[int, ...], bool, bool | str]]:
     grid += [(_ConvLayer(cin, cout, hw, k, stride, 1, transposed=True), (1, 32, 128), True, False)
              for cin, cout, hw, k, stride in shape_table("conv", "transposed")]
     return grid
-
-
-def _channels_last(build: Callable[[torch.device, int], Built], args: tuple[int, ...]) -> Callable[..., Built]:
-    """`build` with the 4-d inputs at positions `args` stored channels-last (NHWC), as a model that
-    permutes its activations hands them to the convolution."""
-    def wrapped(device: torch.device, seed: int) -> Built:
-        built = build(device, seed)
-        def make_set(i: int) -> tuple:
-            return tuple(t.contiguous(memory_format=torch.channels_last) if j in args else t
-                         for j, t in enumerate(built.make_set(i)))
-        return Built(built.fn, make_set)
-    return wrapped
 
 
 def _conv_shapes(layer: _ConvLayer, batch: int, device: torch.device) -> tuple[tuple, tuple, int]:

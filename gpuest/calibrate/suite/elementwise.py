@@ -9,7 +9,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from .base import DTYPES, Benchmark, Built, _d, _est, _nchw, _numels, _simple, _tiny
+from .base import DTYPES, Benchmark, Built, _channels_last, _d, _est, _nchw, _numels, _simple, _tiny
 from .shape_tables import shape_table
 
 
@@ -71,18 +71,13 @@ def _mixed_layouts(out: list[Benchmark], binary: dict[str, Callable[..., Any]]) 
         for n, c, hw in shape_table("elementwise", "mixed_layouts"):
             for first in ("nchw", "nhwc"):
                 for opname, fn in binary.items():
-                    def build(device: torch.device, seed: int, n=n, c=c, hw=hw, fn=fn, first=first, dt=dt) -> Built:
-                        inner = _simple(fn, [_nchw(device, n, c, hw)] * 2, [dt, dt])(device, seed)
-                        last = 1 if first == "nchw" else 0
-
-                        def make_set(i: int) -> tuple:
-                            return tuple(t.contiguous(memory_format=torch.channels_last) if j == last else t
-                                         for j, t in enumerate(inner.make_set(i)))
-                        return Built(inner.fn, make_set)
+                    def build(device: torch.device, seed: int, n=n, c=c, hw=hw, fn=fn, dt=dt) -> Built:
+                        return _simple(fn, [_nchw(device, n, c, hw)] * 2, [dt, dt])(device, seed)
                     numel = n * c * hw * hw
                     out.append(Benchmark(f"ew_{opname}_mixed_{first}_first_{mode}_n{n}_c{c}_hw{hw}", "elementwise",
                                          {"op": opname, "dtype": mode, "shape": [n, c, hw, hw],
-                                          "layouts": [first, "nhwc" if first == "nchw" else "nchw"]}, build,
+                                          "layouts": [first, "nhwc" if first == "nchw" else "nchw"]},
+                                         _channels_last(build, (1,) if first == "nchw" else (0,)),
                                          est_ms=_est(numel, 3.0 * numel * dt.itemsize, mode)))
         # A (seq, batch, dim) result met as its (batch, seq, dim) transpose (nn.MultiheadAttention's output
         # with batch_first): read through its strides, but in whole rows of `dim`, every sector used.
