@@ -488,6 +488,37 @@ def rnn_reserves() -> str:
     return "cuDNN RNN reserve, elements per layer x direction x step x batch x hidden: " + ("; ".join(out) or "no data")
 
 
+def bandwidth_scaling() -> str:
+    """H100 -> H200 time ratios of the suite's memory-bound benchmarks (under 2 FLOP a byte, over 200 us on
+    the H100) by the bandwidth they reach on the H100, against the catalogue's DRAM ratio and the ratio the
+    transfer of a correction to another GPU prices (device_time.transfer_scale: the time beyond the DRAM
+    roofline keeps its length, the two GPUs holding as many threads)."""
+    from gpuest.catalog import get_gpu
+
+    h100, h200 = _rows("H100-SXM"), _rows("H200")
+    bw100, bw200 = (get_gpu(g).memory_bandwidth_bytes_per_s / 1e12 for g in ("H100-SXM", "H200"))
+    buckets: dict[tuple[float, float], list[tuple[float, float]]] = {
+        (0.0, 1.0): [], (1.0, 2.0): [], (2.0, 2.7): [], (2.7, 9.9): []}
+    for name, a in h100.items():
+        b = h200.get(name)
+        if b is None or a.get("kind") != "device" or _us(a) < 200:
+            continue
+        flops = sum(n.get("flops", 0.0) for n in a["nodes"])
+        if flops > 2 * _moved_bytes(a):
+            continue
+        achieved = _bandwidth_tb_s(a)
+        dram_share = min(achieved / bw100, 1.0)
+        priced = 1.0 / (dram_share * bw100 / bw200 + 1.0 - dram_share)
+        for (lo, hi), got in buckets.items():
+            if lo <= achieved < hi:
+                got.append((_us(a) / _us(b), priced))
+    parts = [f"{lo:g}-{hi:g} TB/s: {statistics.median(r for r, _ in got):.2f}x measured, "
+             f"{statistics.median(p for _, p in got):.2f}x priced (n={len(got)})"
+             for (lo, hi), got in buckets.items() if got]
+    return (f"H100 -> H200 speed-up of memory-bound suite ops by the H100's achieved bandwidth (DRAM "
+            f"{bw200 / bw100:.2f}x): " + "; ".join(parts))
+
+
 def main() -> None:
     for gpu in GPUS:
         rows = _rows(gpu)
@@ -500,6 +531,7 @@ def main() -> None:
                      rnn_step_times(rows), index_put_chains(rows), queued_kernel_gap(gpu, rows),
                      strided_operands(gpu, rows), channel_scales(rows), grouped_gemms(rows)):
             print("  " + line)
+    print(bandwidth_scaling())
     print(persistent_rnn_steps())
     print(per_step_rnn_gemms())
     print(vgg_bias_share())

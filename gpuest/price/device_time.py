@@ -16,7 +16,8 @@ from typing import Iterable
 
 import numpy as np
 
-from ..catalog import GPUSpec
+from ..catalog import GPUSpec, get_gpu
+from ..errors import UnknownGPUError
 from ..profile import Profile, ResidualFit, mode_key, op_keys, seconds_or_prior
 from .features import (ALIGN_ELEMENTS, GEMM_TILE, RESIDUAL_FEATURES, FeatureInputs,  # noqa: F401 (re-exported)
                        residual_features)
@@ -60,6 +61,16 @@ QUEUED_KERNEL_GAP_S = 9.0e-7
 RESIDUAL_CLIP = (0.0, np.log(500.0))
 EXTRAPOLATION_TOL = 1e-6              # feature units / log time by which clipping counts as extrapolating
 L2_ABSORBED_SHARE = 0.5
+
+
+def resident_threads(gpu: GPUSpec) -> float:
+    """Threads the GPU keeps resident at once: by Little's law, what bounds the bytes a latency-bound
+    memory op has in flight, so its throughput (transfer_scale)."""
+    return float(gpu.sm_count * gpu.max_threads_per_sm)
+
+
+# What a latency-bound memory op's throughput scales with when a correction moves to another GPU.
+TRANSFER_THROUGHPUT = resident_threads
 Z90 = 1.6449                          # two-sided 90 % interval
 MAX_LOG_SD = 2.0                      # std of log time beyond which an interval is capped
 
@@ -232,11 +243,45 @@ def correction_sources(table: NodeTable, mode: np.ndarray, sources: tuple[Profil
     return out
 
 
+def transfer_scale(table: NodeTable, gpu: GPUSpec, compute_s: np.ndarray, source: Profile) -> np.ndarray | None:
+    """Per node, the factor by which a memory-bound node's time beyond its DRAM roofline grows, relative to
+    that roofline, when `source`'s correction (fitted on its own GPU) prices it on `gpu`; None where the
+    source is `gpu`'s own or no measured GPU's profile.
+
+    Only a streaming op near its DRAM roofline is bandwidth-bound; what a memory-bound op spends beyond it
+    (latency-bound loads, too few bytes in flight) is bound by the threads the GPU holds, not by its DRAM:
+    memory-bound suite ops run 1.40x faster on the H200 than on the H100 (same SMs, 1.43x the bandwidth)
+    where the H100 reaches over 2.7 TB/s, 1.03x where it reaches under 1 TB/s; this transfer prices
+    1.36x and 1.04x (python3 benchmarks/kernel_facts.py). So the excess keeps its time, scaled by the
+    ratio of resident threads (TRANSFER_THROUGHPUT), and its share of the target's roofline follows."""
+    if source.kind != "measured" or source.gpu == gpu.name:
+        return None
+    try:
+        src = get_gpu(source.gpu)
+    except UnknownGPUError:
+        return None
+    memory_t = table.bytes / gpu.memory_bandwidth_bytes_per_s
+    memory_bound = (memory_t >= compute_s) & (table.bytes > 0)
+    scale = (TRANSFER_THROUGHPUT(src) / TRANSFER_THROUGHPUT(gpu)
+             * gpu.memory_bandwidth_bytes_per_s / src.memory_bandwidth_bytes_per_s)
+    return np.where(memory_bound, scale, 1.0)
+
+
+def transferred(log_c: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Log corrections `log_c` (relative to a node's roofline) with their excess over it scaled by `scale`
+    (transfer_scale); a correction at or under the roofline is kept."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.log1p(np.expm1(log_c) * scale)
+    return np.where(log_c > 0, out, log_c)
+
+
 def combined_correction(sources: tuple[Profile, ...], use: np.ndarray, fit_op: np.ndarray, category: np.ndarray,
-                        x: np.ndarray, mode: np.ndarray) -> np.ndarray:
+                        x: np.ndarray, mode: np.ndarray,
+                        scales: tuple[np.ndarray | None, ...] | None = None) -> np.ndarray:
     """learned_correction's rows, per node averaged over the sources `use` marks (correction_sources): mean
     log correction, coefficient variance plus the sources' spread, mean residual variance, the widest
-    log range any of them allows, extrapolated by any."""
+    log range any of them allows, extrapolated by any. scales: per source, transfer_scale of its nodes
+    (None: its corrections apply as fitted)."""
     n = len(fit_op)
     count = use.sum(axis=0)
     total = np.zeros((6, n))
@@ -247,6 +292,10 @@ def combined_correction(sources: tuple[Profile, ...], use: np.ndarray, fit_op: n
         if not sel.any():
             continue
         rows = learned_correction(profile, fit_op[sel], category[sel], x[sel], mode[sel])
+        scale = scales[k] if scales is not None else None
+        if scale is not None:
+            for r in (0, 3, 4):
+                rows[r] = transferred(rows[r], scale[sel])
         total[:, sel] += rows
         square[sel] += rows[0] ** 2
         lo[sel] = np.minimum(lo[sel], rows[3])
@@ -313,8 +362,9 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     x = residual_features(FeatureInputs(table, gpu, mode, peak_ref, roof_ref, work, launches, dram_s))
     sources = (profile, *donors)
     use = correction_sources(table, mode, sources)
+    scales = tuple(transfer_scale(table, gpu, compute, p) for p in sources)
     log_eff, coef_var, resid_var, log_lo, log_hi, extrapolated = combined_correction(
-        sources, use, table.fit_op, table.category, x, mode)
+        sources, use, table.fit_op, table.category, x, mode, scales)
     extrapolated = extrapolated.astype(bool)
     # The learned part corrects the analytic time only as far as its calibration data did.
     bounded = np.clip(log_eff, log_lo, log_hi)
