@@ -243,33 +243,76 @@ def correction_sources(table: NodeTable, mode: np.ndarray, sources: tuple[Profil
     return out
 
 
-def transfer_scale(table: NodeTable, gpu: GPUSpec, compute_s: np.ndarray, source: Profile) -> np.ndarray | None:
-    """Per node, the factor by which a memory-bound node's time beyond its DRAM roofline grows, relative to
-    that roofline, when `source`'s correction (fitted on its own GPU) prices it on `gpu`; None where the
-    source is `gpu`'s own or no measured GPU's profile.
+@dataclass(frozen=True)
+class Roofline:
+    """A node table's roofline on one GPU (per-node arrays, seconds) and the residual features read off it."""
+
+    mode: np.ndarray                  # math mode priced (after the GPU's fallbacks)
+    peak_ref: np.ndarray              # FLOP/s at the catalogue's reference clock
+    work: np.ndarray                  # executed_flops
+    memory_s: np.ndarray              # bytes at catalogue DRAM bandwidth
+    roof_ref_s: np.ndarray            # roofline at the reference clock
+    launches: NodeLaunches
+    dram_s: np.ndarray                # dram_floor_s
+    x: np.ndarray                     # residual features, all of RESIDUAL_FEATURES
+
+    @property
+    def memory_bound(self) -> np.ndarray:
+        return (self.memory_s >= self.roof_ref_s) & (self.memory_s > 0)
+
+
+def roofline_on(table: NodeTable, gpu: GPUSpec) -> tuple[Roofline, list[str]]:
+    """`table` priced by the roofline of `gpu` at its reference clock, with its residual features (an op's
+    efficiency relative to its roofline is a property of its shape, not of the clock it runs at: features use
+    the roofline at the catalogue's reference clock, so compute-bound ops scale exactly 1/f)."""
+    mode, notes = effective_math_modes(table, gpu)
+    peaks = {m: gpu.peak_flops_per_s(m) for m in set(mode.tolist())}
+    peak_ref = map_values(mode, peaks, 0.0)
+    work = executed_flops(table, gpu, mode)
+    memory = table.bytes / gpu.memory_bandwidth_bytes_per_s
+    roof_ref = np.maximum(work / np.where(peak_ref > 0, peak_ref, np.inf), memory)
+    launches = reduce_launches(table, gpu)
+    dram_s = dram_floor_s(table, gpu)
+    x = residual_features(FeatureInputs(table, gpu, mode, peak_ref, roof_ref, work, launches, dram_s))
+    return Roofline(mode, peak_ref, work, memory, roof_ref, launches, dram_s, x), notes
+
+
+@dataclass(frozen=True)
+class MovedCorrection:
+    """How a profile fitted on another GPU corrects the memory-bound nodes of this one (moved_correction)."""
+
+    x: np.ndarray                     # the nodes' residual features on the profile's own GPU
+    memory_bound: np.ndarray          # bool: memory-bound on both GPUs
+    scale: float                      # excess over the DRAM roofline, per roofline, from there to here
+
+
+def moved_correction(table: NodeTable, gpu: GPUSpec, here: Roofline, source: Profile) -> MovedCorrection | None:
+    """How `source`'s corrections, fitted on another GPU, price the memory-bound nodes of `table` on `gpu`;
+    None where the source is `gpu`'s own or no measured GPU's profile.
 
     Only a streaming op near its DRAM roofline is bandwidth-bound; what a memory-bound op spends beyond it
     (latency-bound loads, too few bytes in flight) is bound by the threads the GPU holds, not by its DRAM:
     memory-bound suite ops run 1.40x faster on the H200 than on the H100 (same SMs, 1.43x the bandwidth)
     where the H100 reaches over 2.7 TB/s, 1.03x where it reaches under 1 TB/s; this transfer prices
-    1.36x and 1.04x (python3 benchmarks/kernel_facts.py). So the excess keeps its time, scaled by the
-    ratio of resident threads (TRANSFER_THROUGHPUT), and its share of the target's roofline follows."""
+    1.36x and 1.04x (python3 benchmarks/kernel_facts.py). So such a node is priced on the source's GPU
+    (its features there), and the time beyond its DRAM roofline keeps its length, scaled by the ratio of
+    resident threads (TRANSFER_THROUGHPUT). Other nodes take the correction as a share of their roofline,
+    at their features here (normalised to each GPU's ridge point and SM count)."""
     if source.kind != "measured" or source.gpu == gpu.name:
         return None
     try:
         src = get_gpu(source.gpu)
     except UnknownGPUError:
         return None
-    memory_t = table.bytes / gpu.memory_bandwidth_bytes_per_s
-    memory_bound = (memory_t >= compute_s) & (table.bytes > 0)
+    there, _ = roofline_on(table, src)
     scale = (TRANSFER_THROUGHPUT(src) / TRANSFER_THROUGHPUT(gpu)
              * gpu.memory_bandwidth_bytes_per_s / src.memory_bandwidth_bytes_per_s)
-    return np.where(memory_bound, scale, 1.0)
+    return MovedCorrection(there.x, here.memory_bound & there.memory_bound, scale)
 
 
-def transferred(log_c: np.ndarray, scale: np.ndarray) -> np.ndarray:
+def transferred(log_c: np.ndarray, scale: float | np.ndarray) -> np.ndarray:
     """Log corrections `log_c` (relative to a node's roofline) with their excess over it scaled by `scale`
-    (transfer_scale); a correction at or under the roofline is kept."""
+    (MovedCorrection.scale); a correction at or under the roofline is kept."""
     with np.errstate(over="ignore", invalid="ignore"):
         out = np.log1p(np.expm1(log_c) * scale)
     return np.where(log_c > 0, out, log_c)
@@ -277,11 +320,11 @@ def transferred(log_c: np.ndarray, scale: np.ndarray) -> np.ndarray:
 
 def combined_correction(sources: tuple[Profile, ...], use: np.ndarray, fit_op: np.ndarray, category: np.ndarray,
                         x: np.ndarray, mode: np.ndarray,
-                        scales: tuple[np.ndarray | None, ...] | None = None) -> np.ndarray:
+                        moved: tuple[MovedCorrection | None, ...] | None = None) -> np.ndarray:
     """learned_correction's rows, per node averaged over the sources `use` marks (correction_sources): mean
     log correction, coefficient variance plus the sources' spread, mean residual variance, the widest
-    log range any of them allows, extrapolated by any. scales: per source, transfer_scale of its nodes
-    (None: its corrections apply as fitted)."""
+    log range any of them allows, extrapolated by any. moved: per source, how its corrections move to
+    this GPU (moved_correction; None: they apply as fitted)."""
     n = len(fit_op)
     count = use.sum(axis=0)
     total = np.zeros((6, n))
@@ -292,10 +335,14 @@ def combined_correction(sources: tuple[Profile, ...], use: np.ndarray, fit_op: n
         if not sel.any():
             continue
         rows = learned_correction(profile, fit_op[sel], category[sel], x[sel], mode[sel])
-        scale = scales[k] if scales is not None else None
-        if scale is not None:
+        move = moved[k] if moved is not None else None
+        if move is not None and move.memory_bound[sel].any():
+            mem = move.memory_bound[sel]
+            there = learned_correction(profile, fit_op[sel][mem], category[sel][mem], move.x[sel][mem],
+                                       mode[sel][mem])
             for r in (0, 3, 4):
-                rows[r] = transferred(rows[r], scale[sel])
+                there[r] = transferred(there[r], move.scale)
+            rows[:, mem] = there
         total[:, sel] += rows
         square[sel] += rows[0] ** 2
         lo[sel] = np.minimum(lo[sel], rows[3])
@@ -345,26 +392,16 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     donors: profiles whose fits correct each node that one of them saw the like of, averaged
     (correction_sources); `profile` corrects the rest and supplies everything else. The caller range-checks
     clocks; compute peaks scale linearly with the SM clock."""
-    mode, notes = effective_math_modes(table, gpu)
-    peaks = {m: gpu.peak_flops_per_s(m) for m in set(mode.tolist())}
-    peak_ref = map_values(mode, peaks, 0.0)
-    peak = peak_ref * (np.asarray(clock_mhz, dtype=float) / gpu.peak_tflops_clock_mhz)
-    work = executed_flops(table, gpu, mode)
+    here, notes = roofline_on(table, gpu)
+    mode, work, memory, launches, dram_s, x = here.mode, here.work, here.memory_s, here.launches, here.dram_s, here.x
+    peak = here.peak_ref * (np.asarray(clock_mhz, dtype=float) / gpu.peak_tflops_clock_mhz)
     compute = work / peak
-    memory = table.bytes / gpu.memory_bandwidth_bytes_per_s
     roof = np.maximum(compute, memory)
-    # An op's efficiency relative to its roofline is a property of its shape, not of the clock it
-    # runs at: features use the roofline at the catalogue's reference clock, so compute-bound ops
-    # scale exactly 1/f.
-    roof_ref = np.maximum(work / np.where(peak_ref > 0, peak_ref, np.inf), memory)
-    launches = reduce_launches(table, gpu)
-    dram_s = dram_floor_s(table, gpu)
-    x = residual_features(FeatureInputs(table, gpu, mode, peak_ref, roof_ref, work, launches, dram_s))
     sources = (profile, *donors)
     use = correction_sources(table, mode, sources)
-    scales = tuple(transfer_scale(table, gpu, compute, p) for p in sources)
+    moved = tuple(moved_correction(table, gpu, here, p) for p in sources)
     log_eff, coef_var, resid_var, log_lo, log_hi, extrapolated = combined_correction(
-        sources, use, table.fit_op, table.category, x, mode, scales)
+        sources, use, table.fit_op, table.category, x, mode, moved)
     extrapolated = extrapolated.astype(bool)
     # The learned part corrects the analytic time only as far as its calibration data did.
     bounded = np.clip(log_eff, log_lo, log_hi)
