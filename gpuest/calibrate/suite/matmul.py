@@ -1,4 +1,4 @@
-"""GEMMs: torch.mm over square, awkward, skinny and rectangular shapes and linear layers' weight
+"""GEMMs: torch.mm over square, awkward, skinny, prefill-sized and rectangular shapes and linear layers' weight
 gradients, nn.Linear (addmm with bias), and batched GEMMs, each in bf16, fp16, tf32 and fp32."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .shape_tables import shape_column, shape_table
 
 def _matmul(out: list[Benchmark]) -> None:
     mm_shapes = ([(s, s, s) for s in shape_column("matmul", "square")]
-                 + shape_table("matmul", "awkward", "skinny", "rectangular", "weight_gradients"))
+                 + shape_table("matmul", "awkward", "skinny", "prefill", "rectangular", "weight_gradients"))
     for mode in ("bf16", "fp16", "tf32", "fp32"):
         dt = DTYPES[mode]
         shapes = mm_shapes
