@@ -519,6 +519,28 @@ def bandwidth_scaling() -> str:
             f"{bw200 / bw100:.2f}x): " + "; ".join(parts))
 
 
+def fp32_prefill_gemms() -> str:
+    """Share of the H100's fp32 peak its SIMT GEMMs reach: the prefill-sized ones (kept out of the fit,
+    data/calibration/experiments/prefill_fp32.H100-SXM.jsonl) against the weight-gradient ones
+    (shapes/matmul.json `weight_gradients`), which land at as many output tiles per SM."""
+    from gpuest.catalog import get_gpu
+
+    peak = get_gpu("H100-SXM").peak_flops_per_s("fp32")
+    path = REPO / "data" / "calibration" / "experiments" / "prefill_fp32.H100-SXM.jsonl"
+    prefill = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    from gpuest.calibrate.suite.shape_tables import shape_table
+    rows = _rows("H100-SXM")
+    # The weight gradients whose output (M x N) fills at least a third of a wave of 128x128 tiles.
+    grads = [rows[f"mm_fp32_m{m}_n{n}_k{k}"] for m, n, k in shape_table("matmul", "weight_gradients")
+             if m * n >= 768 * 768]
+
+    def share(rows: list[dict]) -> str:
+        got = [2 * r["params"]["m"] * r["params"]["n"] * r["params"]["k"] / (r["time_ms_median"] * 1e-3) / peak
+               for r in rows]
+        return f"{min(got):.2f}-{max(got):.2f}, median {statistics.median(got):.2f} (n={len(got)})"
+    return f"H100 fp32 GEMMs, share of peak: prefill-sized {share(prefill)}, weight gradients {share(grads)}"
+
+
 def main() -> None:
     for gpu in GPUS:
         rows = _rows(gpu)
@@ -532,6 +554,7 @@ def main() -> None:
                      strided_operands(gpu, rows), channel_scales(rows), grouped_gemms(rows)):
             print("  " + line)
     print(bandwidth_scaling())
+    print(fp32_prefill_gemms())
     print(persistent_rnn_steps())
     print(per_step_rnn_gemms())
     print(vgg_bias_share())
