@@ -491,7 +491,7 @@ def rnn_reserves() -> str:
 def bandwidth_scaling() -> str:
     """H100 -> H200 time ratios of the suite's memory-bound benchmarks (under 2 FLOP a byte, over 200 us on
     the H100) by the bandwidth they reach on the H100, against the catalogue's DRAM ratio and the ratio the
-    transfer of a correction to another GPU prices (device_time.transfer_scale: the time beyond the DRAM
+    transfer of a correction to another GPU prices (device_time.moved_correction: the time beyond the DRAM
     roofline keeps its length, the two GPUs holding as many threads)."""
     from gpuest.catalog import get_gpu
 
@@ -523,12 +523,12 @@ def fp32_prefill_gemms() -> str:
     """Share of the H100's fp32 peak its SIMT GEMMs reach: the prefill-sized ones (kept out of the fit,
     data/calibration/experiments/prefill_fp32.H100-SXM.jsonl) against the weight-gradient ones
     (shapes/matmul.json `weight_gradients`), which land at as many output tiles per SM."""
+    from gpuest.calibrate.suite.shape_tables import shape_table
     from gpuest.catalog import get_gpu
 
     peak = get_gpu("H100-SXM").peak_flops_per_s("fp32")
     path = REPO / "data" / "calibration" / "experiments" / "prefill_fp32.H100-SXM.jsonl"
     prefill = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    from gpuest.calibrate.suite.shape_tables import shape_table
     rows = _rows("H100-SXM")
     # The weight gradients whose output (M x N) fills at least a third of a wave of 128x128 tiles.
     grads = [rows[f"mm_fp32_m{m}_n{n}_k{k}"] for m, n, k in shape_table("matmul", "weight_gradients")

@@ -65,7 +65,7 @@ L2_ABSORBED_SHARE = 0.5
 
 def resident_threads(gpu: GPUSpec) -> float:
     """Threads the GPU keeps resident at once: by Little's law, what bounds the bytes a latency-bound
-    memory op has in flight, so its throughput (transfer_scale)."""
+    memory op has in flight, so its throughput (moved_correction)."""
     return float(gpu.sm_count * gpu.max_threads_per_sm)
 
 
@@ -258,6 +258,7 @@ class Roofline:
 
     @property
     def memory_bound(self) -> np.ndarray:
+        """bool per node: its DRAM time is its roofline (it moves bytes)."""
         return (self.memory_s >= self.roof_ref_s) & (self.memory_s > 0)
 
 
