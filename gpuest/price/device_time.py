@@ -11,6 +11,7 @@ Memory bandwidth does not depend on the SM clock; compute peaks scale with it.
 from __future__ import annotations
 
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -278,6 +279,23 @@ def roofline_on(table: NodeTable, gpu: GPUSpec) -> tuple[Roofline, list[str]]:
     return Roofline(mode, peak_ref, work, memory, roof_ref, launches, dram_s, x), notes
 
 
+# A table's roofline on each donor GPU, kept while the table lives: comparing GPUs prices one table on each,
+# all with the same donors.
+# (Tables hold arrays, so they are keyed by identity, and dropped with the table.)
+_SOURCE_ROOFLINES: dict[int, tuple["weakref.ref[NodeTable]", dict[str, Roofline]]] = {}
+
+
+def _source_roofline(table: NodeTable, src: GPUSpec) -> Roofline:
+    held = _SOURCE_ROOFLINES.get(id(table))
+    if held is None or held[0]() is not table:
+        key = id(table)
+        held = _SOURCE_ROOFLINES[key] = (weakref.ref(table, lambda _: _SOURCE_ROOFLINES.pop(key, None)), {})
+    per_gpu = held[1]
+    if src.name not in per_gpu:
+        per_gpu[src.name] = roofline_on(table, src)[0]
+    return per_gpu[src.name]
+
+
 @dataclass(frozen=True)
 class MovedCorrection:
     """How a profile fitted on another GPU corrects the memory-bound nodes of this one (moved_correction)."""
@@ -305,7 +323,7 @@ def moved_correction(table: NodeTable, gpu: GPUSpec, here: Roofline, source: Pro
         src = get_gpu(source.gpu)
     except UnknownGPUError:
         return None
-    there, _ = roofline_on(table, src)
+    there = _source_roofline(table, src)
     scale = (TRANSFER_THROUGHPUT(src) / TRANSFER_THROUGHPUT(gpu)
              * gpu.memory_bandwidth_bytes_per_s / src.memory_bandwidth_bytes_per_s)
     return MovedCorrection(there.x, here.memory_bound & there.memory_bound, scale)
@@ -335,15 +353,16 @@ def combined_correction(sources: tuple[Profile, ...], use: np.ndarray, fit_op: n
         sel = use[k]
         if not sel.any():
             continue
-        rows = learned_correction(profile, fit_op[sel], category[sel], x[sel], mode[sel])
         move = moved[k] if moved is not None else None
-        if move is not None and move.memory_bound[sel].any():
+        if move is None:
+            rows = learned_correction(profile, fit_op[sel], category[sel], x[sel], mode[sel])
+        else:
+            # Memory-bound nodes read the source GPU's features and move their excess; the rest read these.
             mem = move.memory_bound[sel]
-            there = learned_correction(profile, fit_op[sel][mem], category[sel][mem], move.x[sel][mem],
-                                       mode[sel][mem])
+            xs = np.where(mem[:, None], move.x[sel], x[sel])
+            rows = learned_correction(profile, fit_op[sel], category[sel], xs, mode[sel])
             for r in (0, 3, 4):
-                there[r] = transferred(there[r], move.scale)
-            rows[:, mem] = there
+                rows[r] = np.where(mem, transferred(rows[r], move.scale), rows[r])
         total[:, sel] += rows
         square[sel] += rows[0] ** 2
         lo[sel] = np.minimum(lo[sel], rows[3])
