@@ -512,11 +512,15 @@ def bandwidth_scaling() -> str:
         for (lo, hi), got in buckets.items():
             if lo <= achieved < hi:
                 got.append((_us(a) / _us(b), priced))
+    compute = [_us(a) / _us(h200[n]) for n, a in h100.items() if n in h200 and a.get("kind") == "device"
+               and _us(a) >= 200 and sum(x.get("flops", 0.0) for x in a["nodes"]) > 300 * _moved_bytes(a)]
     parts = [f"{lo:g}-{hi:g} TB/s: {statistics.median(r for r, _ in got):.2f}x measured, "
              f"{statistics.median(p for _, p in got):.2f}x priced (n={len(got)})"
              for (lo, hi), got in buckets.items() if got]
     return (f"H100 -> H200 speed-up of memory-bound suite ops by the H100's achieved bandwidth (DRAM "
-            f"{bw200 / bw100:.2f}x): " + "; ".join(parts))
+            f"{bw200 / bw100:.2f}x): " + "; ".join(parts) + f"; compute-bound ops (over 300 FLOP a byte): "
+            f"{statistics.median(compute):.2f}x (quartiles {statistics.quantiles(compute, n=4)[0]:.2f}-"
+            f"{statistics.quantiles(compute, n=4)[2]:.2f}, n={len(compute)})")
 
 
 def fp32_prefill_gemms() -> str:

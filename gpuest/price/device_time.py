@@ -298,7 +298,7 @@ def _source_roofline(table: NodeTable, src: GPUSpec) -> Roofline:
 
 @dataclass(frozen=True)
 class MovedCorrection:
-    """How a profile fitted on another GPU corrects the memory-bound nodes of this one (moved_correction)."""
+    """How a profile fitted on another GPU corrects the nodes of this one (moved_correction)."""
 
     x: np.ndarray                     # the nodes' residual features on the profile's own GPU
     memory_bound: np.ndarray          # bool: memory-bound on both GPUs
@@ -306,17 +306,19 @@ class MovedCorrection:
 
 
 def moved_correction(table: NodeTable, gpu: GPUSpec, here: Roofline, source: Profile) -> MovedCorrection | None:
-    """How `source`'s corrections, fitted on another GPU, price the memory-bound nodes of `table` on `gpu`;
-    None where the source is `gpu`'s own or no measured GPU's profile.
+    """How `source`'s corrections, fitted on another GPU, price the nodes of `table` on `gpu`; None where the
+    source is `gpu`'s own or no measured GPU's profile. A node's correction is read at its features on the
+    source's GPU (what the source's profile prices there), then moved.
 
     Only a streaming op near its DRAM roofline is bandwidth-bound; what a memory-bound op spends beyond it
     (latency-bound loads, too few bytes in flight) is bound by the threads the GPU holds, not by its DRAM:
     memory-bound suite ops run 1.40x faster on the H200 than on the H100 (same SMs, 1.43x the bandwidth)
     where the H100 reaches over 2.7 TB/s, 1.03x where it reaches under 1 TB/s; this transfer prices
-    1.36x and 1.04x (python3 benchmarks/kernel_facts.py). So such a node is priced on the source's GPU
-    (its features there), and the time beyond its DRAM roofline keeps its length, scaled by the ratio of
-    resident threads (TRANSFER_THROUGHPUT). Other nodes take the correction as a share of their roofline,
-    at their features here (normalised to each GPU's ridge point and SM count)."""
+    1.36x and 1.04x (python3 benchmarks/kernel_facts.py). So such a node's time beyond its DRAM roofline
+    keeps its length, scaled by the ratio of resident threads (TRANSFER_THROUGHPUT). Any other node keeps
+    its correction as a share of its roofline: the suite's compute-bound ops run a median 1.03x faster on
+    the H200 than on the H100 (same SMs and peaks), where reading the correction at the H200's features (a
+    lower ridge point) priced large GEMMs faster still."""
     if source.kind != "measured" or source.gpu == gpu.name:
         return None
     try:
@@ -357,10 +359,8 @@ def combined_correction(sources: tuple[Profile, ...], use: np.ndarray, fit_op: n
         if move is None:
             rows = learned_correction(profile, fit_op[sel], category[sel], x[sel], mode[sel])
         else:
-            # Memory-bound nodes read the source GPU's features and move their excess; the rest read these.
             mem = move.memory_bound[sel]
-            xs = np.where(mem[:, None], move.x[sel], x[sel])
-            rows = learned_correction(profile, fit_op[sel], category[sel], xs, mode[sel])
+            rows = learned_correction(profile, fit_op[sel], category[sel], move.x[sel], mode[sel])
             for r in (0, 3, 4):
                 rows[r] = np.where(mem, transferred(rows[r], move.scale), rows[r])
         total[:, sel] += rows
