@@ -499,12 +499,15 @@ def bandwidth_scaling() -> str:
     bw100, bw200 = (get_gpu(g).memory_bandwidth_bytes_per_s / 1e12 for g in ("H100-SXM", "H200"))
     buckets: dict[tuple[float, float], list[tuple[float, float]]] = {
         (0.0, 1.0): [], (1.0, 2.0): [], (2.0, 2.7): [], (2.7, 9.9): []}
+    compute: list[float] = []
     for name, a in h100.items():
         b = h200.get(name)
         if b is None or a.get("kind") != "device" or _us(a) < 200:
             continue
-        flops = sum(n.get("flops", 0.0) for n in a["nodes"])
-        if flops > 2 * _moved_bytes(a):
+        intensity = sum(n.get("flops", 0.0) for n in a["nodes"]) / max(_moved_bytes(a), 1.0)
+        if intensity > 300:
+            compute.append(_us(a) / _us(b))
+        if intensity > 2:
             continue
         achieved = _bandwidth_tb_s(a)
         dram_share = min(achieved / bw100, 1.0)
@@ -512,15 +515,13 @@ def bandwidth_scaling() -> str:
         for (lo, hi), got in buckets.items():
             if lo <= achieved < hi:
                 got.append((_us(a) / _us(b), priced))
-    compute = [_us(a) / _us(h200[n]) for n, a in h100.items() if n in h200 and a.get("kind") == "device"
-               and _us(a) >= 200 and sum(x.get("flops", 0.0) for x in a["nodes"]) > 300 * _moved_bytes(a)]
     parts = [f"{lo:g}-{hi:g} TB/s: {statistics.median(r for r, _ in got):.2f}x measured, "
              f"{statistics.median(p for _, p in got):.2f}x priced (n={len(got)})"
              for (lo, hi), got in buckets.items() if got]
+    q1, _, q3 = statistics.quantiles(compute, n=4)
     return (f"H100 -> H200 speed-up of memory-bound suite ops by the H100's achieved bandwidth (DRAM "
             f"{bw200 / bw100:.2f}x): " + "; ".join(parts) + f"; compute-bound ops (over 300 FLOP a byte): "
-            f"{statistics.median(compute):.2f}x (quartiles {statistics.quantiles(compute, n=4)[0]:.2f}-"
-            f"{statistics.quantiles(compute, n=4)[2]:.2f}, n={len(compute)})")
+            f"{statistics.median(compute):.2f}x (quartiles {q1:.2f}-{q3:.2f}, n={len(compute)})")
 
 
 def fp32_prefill_gemms() -> str:

@@ -69,9 +69,6 @@ def resident_threads(gpu: GPUSpec) -> float:
     memory op has in flight, so its throughput (moved_correction)."""
     return float(gpu.sm_count * gpu.max_threads_per_sm)
 
-
-# What a latency-bound memory op's throughput scales with when a correction moves to another GPU.
-TRANSFER_THROUGHPUT = resident_threads
 Z90 = 1.6449                          # two-sided 90 % interval
 MAX_LOG_SD = 2.0                      # std of log time beyond which an interval is capped
 
@@ -281,16 +278,11 @@ def roofline_on(table: NodeTable, gpu: GPUSpec) -> tuple[Roofline, list[str]]:
 
 # A table's roofline on each donor GPU, kept while the table lives: comparing GPUs prices one table on each,
 # all with the same donors.
-# (Tables hold arrays, so they are keyed by identity, and dropped with the table.)
-_SOURCE_ROOFLINES: dict[int, tuple["weakref.ref[NodeTable]", dict[str, Roofline]]] = {}
+_SOURCE_ROOFLINES: "weakref.WeakKeyDictionary[NodeTable, dict[str, Roofline]]" = weakref.WeakKeyDictionary()
 
 
 def _source_roofline(table: NodeTable, src: GPUSpec) -> Roofline:
-    held = _SOURCE_ROOFLINES.get(id(table))
-    if held is None or held[0]() is not table:
-        key = id(table)
-        held = _SOURCE_ROOFLINES[key] = (weakref.ref(table, lambda _: _SOURCE_ROOFLINES.pop(key, None)), {})
-    per_gpu = held[1]
+    per_gpu = _SOURCE_ROOFLINES.setdefault(table, {})
     if src.name not in per_gpu:
         per_gpu[src.name] = roofline_on(table, src)[0]
     return per_gpu[src.name]
@@ -315,7 +307,7 @@ def moved_correction(table: NodeTable, gpu: GPUSpec, here: Roofline, source: Pro
     memory-bound suite ops run 1.40x faster on the H200 than on the H100 (same SMs, 1.43x the bandwidth)
     where the H100 reaches over 2.7 TB/s, 1.03x where it reaches under 1 TB/s; this transfer prices
     1.36x and 1.04x (python3 benchmarks/kernel_facts.py). So such a node's time beyond its DRAM roofline
-    keeps its length, scaled by the ratio of resident threads (TRANSFER_THROUGHPUT). Any other node keeps
+    keeps its length, scaled by the ratio of resident threads (resident_threads). Any other node keeps
     its correction as a share of its roofline: the suite's compute-bound ops run a median 1.03x faster on
     the H200 than on the H100 (same SMs and peaks), where reading the correction at the H200's features (a
     lower ridge point) priced large GEMMs faster still."""
@@ -326,7 +318,7 @@ def moved_correction(table: NodeTable, gpu: GPUSpec, here: Roofline, source: Pro
     except UnknownGPUError:
         return None
     there = _source_roofline(table, src)
-    scale = (TRANSFER_THROUGHPUT(src) / TRANSFER_THROUGHPUT(gpu)
+    scale = (resident_threads(src) / resident_threads(gpu)
              * gpu.memory_bandwidth_bytes_per_s / src.memory_bandwidth_bytes_per_s)
     return MovedCorrection(there.x, here.memory_bound & there.memory_bound, scale)
 

@@ -20,7 +20,7 @@ PHASES = ("forward", "loss", "backward", "optimizer")
 LOW_PRECISION_MODES = ("bf16", "fp16", "fp8")   # math modes of nodes whose data is under 32 bits
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)   # compared and hashed by identity: pricing caches key on the table
 class NodeTable:
     """One entry per graph node, in execution order."""
 

@@ -15,12 +15,12 @@ def _matmul(out: list[Benchmark]) -> None:
     # fp32 (SIMT) GEMMs of prefill size reach a median 65 % of peak where weight gradients filling as many
     # tiles per SM reach 74 % (python3 benchmarks/kernel_facts.py); the fit's features cannot tell them apart
     # yet, and with them it priced fp32 weight gradients slower (data/calibration/experiments/prefill_fp32.*).
-    no_simt = set(shape_table("matmul", "prefill"))
+    tensor_core_only = set(shape_table("matmul", "prefill"))
     for mode in ("bf16", "fp16", "tf32", "fp32"):
         dt = DTYPES[mode]
         shapes = mm_shapes
         if mode == "fp32":  # slow fp32 FMA: skip the largest
-            shapes = [s for s in shapes if s[0] * s[1] * s[2] <= 2 * 4096 ** 3 and s not in no_simt]
+            shapes = [s for s in shapes if s[0] * s[1] * s[2] <= 2 * 4096 ** 3 and s not in tensor_core_only]
         for m, n, k in shapes:
             fl = 2.0 * m * n * k
             nb = (m * k + k * n + m * n) * dt.itemsize
