@@ -24,13 +24,13 @@ from gpuest.calibrate.fit import calibration_samples, load_raw  # noqa: E402
 from gpuest.calibrate.fit_power import fit_power  # noqa: E402
 from gpuest.catalog import get_gpu  # noqa: E402
 from gpuest.evaluate.accuracy import GPU_BOUND_FRACTION, load_results, trace_config, trace_key  # noqa: E402
-from gpuest.evaluate.validation_set import TEST_MODELS  # noqa: E402
+from gpuest.evaluate.validation_set import test_split_models  # noqa: E402
 from gpuest.price.estimate import estimate  # noqa: E402
 from gpuest.profile import Profile, shipped_profiles  # noqa: E402
 from gpuest.report.document import write_or_print  # noqa: E402
 
 GPUS = ("H100-SXM", "H200")
-VALIDATION = ("full", "busy-recheck", "train-b1", "generalisation", "moe", "recipes", "perop", "perop-b1")
+VALIDATION = ("full", "busy-recheck", "train-b1", "generalisation", "moe", "recipes", "architectures", "perop", "perop-b1")
 FITS = ("merged", "split")
 
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     files = [ROOT / "data" / "validation" / f"{g}-{v}.jsonl" for g in GPUS for v in VALIDATION]
     rows, _ = load_results([f for f in files if f.exists()])
-    rows = [r for r in rows if r["model"] not in TEST_MODELS and r.get("avg_power_w") and r.get("energy_j")]
+    rows = [r for r in rows if r["model"] not in test_split_models() and r.get("avg_power_w") and r.get("energy_j")]
     by_gpu = {g: profiles(g) for g in GPUS}
     summary = " ".join(__doc__.split("\n\n")[0].split())
     lines = ["# Power of full-fp32 GEMMs: one coefficient or two", "",

@@ -12,7 +12,7 @@ device time by which the subset's profile moves the prediction away from the shi
     python3 benchmarks/quick_suite_study.py --profile data/calibration/fresh/H100-SXM-quick.profile.json
     python3 benchmarks/quick_suite_study.py --split test           # the frozen test split: report only
 
-Configs of the frozen test split (gpuest.evaluate.validation_set.TEST_MODELS) are priced only with
+Configs of the frozen test splits (gpuest.evaluate.validation_set.test_split_models) are priced only with
 --split test, so nothing chosen with this script's default output has seen them.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from gpuest.calibrate.budget import SUITES, run_plan  # noqa: E402
 from gpuest.calibrate.fit import (RawData, fit_profile, load_raw, load_validation, resolve_shape_prior,  # noqa: E402
                                   with_current_nodes)
-from gpuest.evaluate.validation_set import TEST_MODELS  # noqa: E402
+from gpuest.evaluate.validation_set import test_split_models  # noqa: E402
 from gpuest.profile import Profile, load_profile, shipped_profiles  # noqa: E402
 from gpuest.evaluate.accuracy import GPU_BOUND_FRACTION, load_results, trace_config, trace_key  # noqa: E402
 
@@ -91,7 +91,7 @@ def gpu_bound_configs(paths: list[str], gpu: str, split: str) -> list[dict[str, 
         busy, wall = r.get("device_busy_s"), r.get("wall_s")
         if r["gpu_canonical"] != gpu or not busy or not wall or busy < GPU_BOUND_FRACTION * wall:
             continue
-        if (r["model"] in TEST_MODELS) == (split == "test"):
+        if (r["model"] in test_split_models()) == (split == "test"):
             out.append(r)
     return sorted(out, key=lambda r: r["key"])
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import subprocess
+import json
 import sys
 import textwrap
 from pathlib import Path
@@ -139,6 +140,35 @@ def test_hf_llama_3b_is_about_3b_params_on_meta():
     lm = load_model("hf:llama-3b")
     n = sum(p.numel() for p in lm.model.parameters())
     assert 3.0e9 < n < 3.4e9
+    assert _all_meta(lm.model)
+
+
+def test_hf_encoder_decoder_gets_decoder_ids_and_traces_both_stacks(tmp_path):
+    """A seq2seq config (T5-shaped, tiny) gets decoder_input_ids as long as input_ids, and a training trace
+    runs encoder and decoder, forward and backward."""
+    pytest.importorskip("transformers")
+    from gpuest.capture.trace import trace
+    cfg = {"model_type": "t5", "auto_class": "AutoModelForSeq2SeqLM", "attn_implementation": "eager",
+           "vocab_size": 96, "d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4,
+           "decoder_start_token_id": 0, "pad_token_id": 0, "use_cache": False}
+    path = tmp_path / "t5-tiny.json"
+    path.write_text(json.dumps(cfg))
+    lm = load_model(f"hf:{path}", batch=2, seq=12)
+    assert set(lm.example_inputs) == {"input_ids", "decoder_input_ids"}
+    assert lm.example_inputs["decoder_input_ids"].shape == (2, 12)
+    g = trace(lm.model, lm.example_inputs, mode="training")
+    modules = {d["module"] for _, d in g.nodes(data=True) if d["phase"] == "backward"}
+    assert {"encoder", "decoder"} <= {m.split(".")[0] for m in modules}
+
+
+def test_segmentation_model_builds_without_downloading_backbone_weights(monkeypatch):
+    """weights=None alone leaves torchvision's segmentation backbones at their ImageNet default (a
+    download); the loader asks for none."""
+    import torch.hub
+    def no_download(*args, **kwargs):
+        raise AssertionError("tried to download weights")
+    monkeypatch.setattr(torch.hub, "load_state_dict_from_url", no_download)
+    lm = load_model("lraspp_mobilenet_v3_large", batch=1, image_size=64)
     assert _all_meta(lm.model)
 
 

@@ -1363,3 +1363,23 @@ def test_attention_with_a_mask_the_cpu_flash_kernel_rejects_traces_as_cudas_memo
     plain = attention_ops((49, 49))
     assert plain["aten._scaled_dot_product_efficient_attention.default"] == 1
     assert not plain["aten.constant_pad_nd.default"] and not plain["aten.bmm.default"]
+
+
+class _ClassTokenBlock(torch.nn.Module):
+    """CaiT-style: a block gets a view of a parameter as an argument."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cls_token = torch.nn.Parameter(torch.zeros(1, 1, 8))
+        self.block = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(self.cls_token.expand(x.shape[0], -1, -1)) + x[:, :1]
+
+
+def test_inference_traces_a_parameter_view_passed_to_a_module():
+    """Under no_grad such a view requires grad but has no autograd node; module tracking must not need one."""
+    g = trace(_ClassTokenBlock(), (torch.randn(4, 3, 8),), mode="inference")
+    assert any(d["module"].endswith("block") for _, d in g.nodes(data=True))
+    g = trace(_ClassTokenBlock(), (torch.randn(4, 3, 8),), mode="training")
+    assert any(d["phase"] == "backward" and d["module"].endswith("block") for _, d in g.nodes(data=True))

@@ -43,7 +43,7 @@ DEFAULT_VIDEO_SIZE = 112
 TORCHVISION_IMAGE_SIZE = {"inception_v3": 299}
 # torchvision builders that take the input size as a constructor argument: name prefix -> kwarg.
 TORCHVISION_SIZE_KWARG = {"vit_": "image_size", "maxvit_": "input_size"}
-HF_AUTO_CLASSES = ("AutoModelForCausalLM", "AutoModelForMaskedLM", "AutoModel")
+HF_AUTO_CLASSES = ("AutoModelForCausalLM", "AutoModelForMaskedLM", "AutoModelForSeq2SeqLM", "AutoModel")
 
 
 @dataclass
@@ -210,6 +210,8 @@ def _load_torchvision(name: str, batch: int, image_size: int | None, device: tor
             "Accepted: a torchvision classification model name (see `list_models()`), timm:NAME, hf:NAME, "
             "lstm, gru, or path/to/file.py:factory")
     kwargs: dict[str, Any] = {}
+    if name in segmentation:
+        kwargs["weights_backbone"] = None   # the default would download ImageNet weights for the backbone
     if name in video:
         size: int | tuple[int, int] = image_size or DEFAULT_VIDEO_SIZE
     else:
@@ -311,9 +313,12 @@ def _load_hf(name: str, batch: int, seq: int | None, device: torch.device) -> Lo
     cls = getattr(transformers, auto_class)
     model = _construct(lambda: cls.from_config(config, attn_implementation=attention), device)
     _hf_mask_as_on_device(model)
-    ids = _ids(batch, seq, int(config.vocab_size), device)
+    inputs = {"input_ids": _ids(batch, seq, int(config.vocab_size), device)}
+    if config.is_encoder_decoder:
+        # A step of teacher-forced training or scoring: the decoder runs as many tokens as the encoder.
+        inputs["decoder_input_ids"] = _ids(batch, seq, int(config.vocab_size), device)
     return LoadedModel(name="hf:" + canonical, family="transformer", model=model,
-                       example_inputs={"input_ids": ids}, batch=batch)
+                       example_inputs=inputs, batch=batch)
 
 
 # transformers' packed-sequence check, swapped for the duration of a traced forward (innermost last).

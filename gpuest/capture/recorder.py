@@ -28,6 +28,26 @@ from .normalize import cuda_op_name
 from .routing import RoutingAssumption, RoutingValues
 from .storage_events import StorageEvents
 
+class ModulePathTracker(ModuleTracker):
+    """torch's ModuleTracker, which skips its backward hooks while autograd records nothing.
+
+    Under no_grad a view of a parameter still requires grad but has no autograd node (timm CaiT passes
+    `cls_token.expand(...)` to a block), and ModuleTracker's hook registration fails on it; an inference
+    step has no backward for those hooks to track, so forward tracking alone is kept there."""
+
+    def _fw_pre_hook(self, mod: torch.nn.Module, input: Any) -> None:
+        if torch.is_grad_enabled():
+            super()._fw_pre_hook(mod, input)
+        else:
+            self._get_append_fn(self._get_mod_name(mod), False)()
+
+    def _fw_post_hook(self, mod: torch.nn.Module, input: Any, output: Any) -> None:
+        if torch.is_grad_enabled():
+            super()._fw_post_hook(mod, input, output)
+        else:
+            self._get_pop_fn(self._get_mod_name(mod), False)()
+
+
 # Dispatcher namespaces that carry no device work (device queries, profiler markers).
 IGNORED_NAMESPACES = frozenset({"prim", "profiler"})
 

@@ -10,13 +10,12 @@ import networkx as nx
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
-from torch.utils.module_tracker import ModuleTracker
 
 from ..annotate.math_mode import TF32Policy
 from ..errors import GpuestError, TraceError
 from .fake_inputs import fake_inputs
 from .grouped_mm import FAKE_SUBSTITUTES
-from .recorder import CudaFunctionPaths, OpRecorder
+from .recorder import CudaFunctionPaths, ModulePathTracker, OpRecorder
 from .routing import FormatKnownScalars, RoutingAssumption, RoutingValues, parse_routing
 from .storage_events import HOST
 
@@ -83,7 +82,7 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
     tf32 = TF32Policy.current()
     root = type(model).__name__
     modules = {n: m for n, m in model.named_modules()}
-    tracker = ModuleTracker()
+    tracker = ModulePathTracker()
     run_op = RoutingValues(assumption, FAKE_SUBSTITUTES)
     recorder = OpRecorder(tracker, modules, root, tf32, run_op)
     was_training = model.training

@@ -241,17 +241,91 @@ def draw_test_split() -> tuple[str, ...]:
 
 def generalisation_set() -> list[ValidationConfig]:
     """Two recipes of each generalisation model (_RECIPES), test-split models marked `split="test"`."""
+    return _recipe_pairs(_GENERALISATION, _RECIPES, TEST_MODELS)
+
+
+def _recipe_pairs(models: list[tuple[str, str, int, int | None, int | None]],
+                  recipes_by_family: dict[str, list[tuple[str, str, str]]],
+                  test_models: tuple[str, ...]) -> list[ValidationConfig]:
+    """The i-th model of a family takes its family's recipes i and i + len/2 (an inference and a training
+    step); models of `test_models` are marked `split="test"`."""
     out = []
     index: dict[str, int] = {}
-    for spec, family, batch, seq, image_size in _GENERALISATION:
-        recipes = _RECIPES[family]
+    for spec, family, batch, seq, image_size in models:
+        recipes = recipes_by_family[family]
         i = index[family] = index.get(family, -1) + 1
         for j in (i % len(recipes), (i + len(recipes) // 2) % len(recipes)):
             mode, precision, layout = recipes[j]
             out.append(ValidationConfig(model=spec, family=family, batch=batch, mode=mode, precision=precision,
                                         seq=seq, image_size=image_size, memory_format=layout,
-                                        split="test" if spec in TEST_MODELS else ""))
+                                        split="test" if spec in test_models else ""))
     return out
+
+
+# ------------------------------------------------------------------ architectures set
+# A second draw of architectures none of the sets above has (Inception, DLA, HRNet, Res2Net, CSP, NFNet,
+# RepViT, a segmentation head, (2+1)-D video convolution; CaiT, XCiT, PVT, MLP-Mixer, FastViT, TinyViT, DaViT,
+# EfficientFormer, Hiera; GPT-NeoX, OPT, Phi, Gemma 3, DeBERTa, ALBERT, T5 and BART encoder-decoders, BLOOM),
+# each in two recipes as the generalisation set. Append only.
+_ARCHITECTURES: list[tuple[str, str, int, int | None, int | None]] = [
+    # spec,                           family,  batch, seq,  image_size
+    ("inception_v3",                   "cnn",   128,   None, 299),
+    ("timm:dla34",                     "cnn",   128,   None, 224),
+    ("timm:rexnet_100",                "cnn",   256,   None, 224),
+    ("timm:hrnet_w18_small_v2",        "cnn",   128,   None, 224),
+    ("timm:res2net50_26w_4s",          "cnn",   128,   None, 224),
+    ("timm:cspresnet50",               "cnn",   128,   None, 224),
+    ("timm:dm_nfnet_f0",               "cnn",   64,    None, 256),
+    ("timm:repvit_m1_1",               "cnn",   256,   None, 224),
+    ("deeplabv3_mobilenet_v3_large",   "cnn",   16,    None, 512),
+    ("r2plus1d_18",                    "video", 16,    None, None),
+    ("timm:cait_xxs24_224",            "vit",   128,   None, 224),
+    ("timm:xcit_tiny_12_p16_224",      "vit",   128,   None, 224),
+    ("timm:pvt_v2_b1",                 "vit",   128,   None, 224),
+    ("timm:mixer_b16_224",             "vit",   64,    None, 224),
+    ("timm:fastvit_t8",                "vit",   128,   None, 224),
+    ("timm:tiny_vit_5m_224",           "vit",   128,   None, 224),
+    ("timm:davit_tiny",                "vit",   64,    None, 224),
+    ("timm:efficientformerv2_s1",      "vit",   128,   None, 224),
+    ("timm:hiera_tiny_224",            "vit",   64,    None, 224),
+    ("hf:pythia-410m",                 "llm",   8,     1024, None),
+    ("hf:opt-350m",                    "llm",   8,     1024, None),
+    ("hf:phi-1.5",                     "llm",   4,     1024, None),
+    ("hf:gemma3-270m",                 "llm",   4,     2048, None),
+    ("hf:deberta-v3-base",             "llm",   16,    512,  None),
+    ("hf:albert-base-v2",              "llm",   32,    512,  None),
+    ("hf:t5-base",                     "llm",   16,    512,  None),
+    ("hf:bart-base",                   "llm",   16,    512,  None),
+    ("hf:bloom-560m",                  "llm",   8,     1024, None),
+]
+# (2+1)-D video convolutions have no channels-last kernels; their recipes are the vit family's.
+_ARCHITECTURE_RECIPES = {**_RECIPES, "video": _RECIPES["vit"]}
+# The frozen test share of the architectures set, drawn before any of it was measured:
+# random.Random(ARCHITECTURES_TEST_SEED).sample of a third of its models. Never fit, tune or choose anything on them.
+ARCHITECTURES_TEST_SEED = 20261127
+ARCHITECTURES_TEST_MODELS = ("deeplabv3_mobilenet_v3_large", "hf:albert-base-v2", "r2plus1d_18", "timm:cspresnet50",
+                             "timm:dla34", "timm:efficientformerv2_s1", "timm:hiera_tiny_224", "timm:pvt_v2_b1",
+                             "timm:repvit_m1_1", "timm:res2net50_26w_4s")
+
+
+def draw_architectures_test_split() -> tuple[str, ...]:
+    """The seeded draw ARCHITECTURES_TEST_MODELS holds (a test checks they agree)."""
+    import math
+    import random
+    specs = [spec for spec, *_ in _ARCHITECTURES]
+    return tuple(sorted(random.Random(ARCHITECTURES_TEST_SEED).sample(specs, math.ceil(len(specs) / 3))))
+
+
+def test_split_models() -> frozenset[str]:
+    """Every model of a frozen test split (TEST_MODELS, ARCHITECTURES_TEST_MODELS)."""
+    return frozenset(TEST_MODELS) | frozenset(ARCHITECTURES_TEST_MODELS)
+
+
+def architectures_set() -> list[ValidationConfig]:
+    """Two recipes of each architectures-set model, test-share models marked `split="test"`; the others
+    record per-op times (for finding mechanisms without looking at a test model)."""
+    return [replace(c, per_op=not c.split)
+            for c in _recipe_pairs(_ARCHITECTURES, _ARCHITECTURE_RECIPES, ARCHITECTURES_TEST_MODELS)]
 
 
 # ------------------------------------------------------------------ mixture-of-experts set
@@ -340,7 +414,7 @@ def recipes_set() -> list[ValidationConfig]:
 
 
 SETS = {"quick": quick_set, "full": full_set, "dry": dry_set, "host": host_set, "generalisation": generalisation_set,
-        "moe": moe_set, "recipes": recipes_set}
+        "moe": moe_set, "recipes": recipes_set, "architectures": architectures_set}
 
 
 def get_set(name: str) -> list[ValidationConfig]:
