@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FILES = ["data/validation/H100-SXM-full.jsonl", "data/validation/H100-SXM-busy-recheck.jsonl",
          "data/validation/H100-SXM-train-b1.jsonl", "data/validation/H200-full.jsonl",
          "data/validation/H200-train-b1.jsonl", "data/validation/H100-SXM-generalisation.jsonl",
-         "data/validation/H200-generalisation.jsonl", "data/validation/H100-SXM-moe.jsonl",
+         "data/validation/H200-generalisation.jsonl", "data/validation/H100-SXM-moe.jsonl.gz",
          "data/validation/H100-SXM-recipes.jsonl", "data/validation/H200-recipes.jsonl"]
 FIELDS = ("device_time_s", "time_s", "energy_j", "avg_power_w", "peak_memory_bytes")
 
