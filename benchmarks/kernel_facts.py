@@ -122,6 +122,31 @@ def channel_scales(rows: dict[str, dict]) -> str:
         f"{mode} {hw}x{hw} {tb:.2f}" for (mode, hw), tb in sorted(by.items()))
 
 
+def tiny_inner_gemms(rows: dict[str, dict]) -> str:
+    """The suite's 16-bit GEMMs with an inner dimension below 32 (shapes/matmul.json `tiny_*`): time and the
+    bandwidth of their bytes (formulas.matmul.TINY_INNER)."""
+    import re
+    out = []
+    for name, r in sorted(rows.items()):
+        m = re.fullmatch(r"(mm|linear|bmm)_bf16_(?:b\d+_)?[mt](\d+)_(?:n|in)(\d+)_(?:k|out)(\d+)", name)
+        if not m:
+            continue
+        dims = [int(v) for v in m.groups()[1:]]
+        n = dims[2] if m.group(1) == "linear" else dims[1]
+        k = dims[1] if m.group(1) == "linear" else dims[2]
+        if min(n, k) < 32:
+            out.append(f"{name} {_us(r):.0f} us {_bandwidth_tb_s(r):.2f} TB/s")
+    return "bf16 GEMMs with N or K below 32: " + "; ".join(out)
+
+
+def mask_adds(rows: dict[str, dict]) -> str:
+    """Attention-mask adds (a mask broadcast over the heads, shapes/elementwise.json `mask_add`): bandwidth
+    by data type."""
+    by = {mode: [_bandwidth_tb_s(r) for n, r in rows.items() if n.startswith(f"ew_mask_add_{mode}_")]
+          for mode in ("fp32", "bf16", "fp16")}
+    return "attention-mask adds: " + ", ".join(f"{mode} {min(v):.2f}-{max(v):.2f} TB/s" for mode, v in by.items() if v)
+
+
 def grouped_gemms(rows: dict[str, dict]) -> str:
     """bf16 torch._grouped_mm (MoE experts): achieved TFLOP/s of the forward and of the backward (2x FLOPs)."""
     rates = {"fwd": [], "bwd": []}
@@ -556,7 +581,8 @@ def main() -> None:
                      permuted_elementwise(rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),
                      pointwise_planes(gpu, rows), embedding_lookups(rows), bilinear_upsampling(rows),
                      rnn_step_times(rows), index_put_chains(rows), queued_kernel_gap(gpu, rows),
-                     strided_operands(gpu, rows), channel_scales(rows), grouped_gemms(rows)):
+                     strided_operands(gpu, rows), channel_scales(rows), grouped_gemms(rows), tiny_inner_gemms(rows),
+                     mask_adds(rows)):
             print("  " + line)
     print(bandwidth_scaling())
     print(fp32_prefill_gemms())

@@ -207,6 +207,54 @@ def test_an_op_in_one_mode_gets_its_own_pooled_fit_from_few_rows():
     assert "aten.addmm.default@fp32" not in fewer
 
 
+def test_an_isolated_variant_is_fitted_alone_and_bends_no_other_fit():
+    """Rows of a tiny-inner GEMM (an ISOLATED_VARIANTS variant) get their own op and op@mode fits at their
+    own level, and the wide rows' op, category and category@mode fits come out as without them."""
+    from gpuest.annotate.registry import TINY_INNER_VARIANT
+    from gpuest.calibrate.fit import RowFeatures, fit_residuals
+    from gpuest.profile import variant_op
+    rng = np.random.default_rng(2)
+
+    def rows(op, mode, n, level):
+        size = np.linspace(-1, 3, n)
+        return [RowFeatures("matmul", op, mode, float(level + 0.1 * s + rng.normal(0, 0.01)), xi, False, 1e-3, {})
+                for s, xi in zip(size, _features(log_size=size))]
+    wide = rows("aten.mm.default", "bf16", 12, 0.2) + rows("aten.addmm.default", "bf16", 12, 0.3)
+    tiny_op = variant_op("aten.mm.default", TINY_INNER_VARIANT)
+    with_tiny = fit_residuals(wide + rows(tiny_op, "bf16", 12, 2.5))
+    alone = fit_residuals(wide)
+    assert with_tiny[tiny_op].coef[0] == pytest.approx(2.5, abs=0.05)
+    assert f"{tiny_op}@16bit" not in with_tiny or with_tiny[f"{tiny_op}@16bit"].coef[0] == pytest.approx(2.5, abs=0.05)
+    for key in ("matmul", "aten.mm.default", "aten.addmm.default"):
+        assert with_tiny[key].coef == alone[key].coef and with_tiny[key].log_hi == alone[key].log_hi
+
+
+def test_a_gemm_with_a_tiny_inner_dimension_carries_the_isolated_variant():
+    """mm, addmm and bmm with N or K below TINY_INNER select the tiny-inner variant; a wide GEMM, and a skinny
+    one (a single row against a wide weight), do not."""
+    from gpuest.annotate.formulas.matmul import TINY_INNER
+    from gpuest.annotate.registry import TINY_INNER_VARIANT
+    from gpuest.capture import trace
+
+    class Layers(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.heads = torch.nn.Linear(4, 4)
+            self.wide = torch.nn.Linear(64, 64)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            pairs = x[:, :, :TINY_INNER - 1]           # K just below the threshold
+            return (self.wide(x[:, :, :64]).sum() + self.wide(x[:1, :1, :64]).sum() + self.heads(x[:, :, :4]).sum()
+                    + torch.bmm(pairs, pairs.mT).sum() + torch.bmm(x, x.mT).sum())
+    g = trace(Layers(), (torch.randn(2, 96, 128),), mode="inference")
+    by_k = {(d["op"], d["variant"], str(d["gemm_k"])) for _, d in g.nodes(data=True) if d["category"] == "matmul"}
+    assert ("aten.mm.default", TINY_INNER_VARIANT, "4") in by_k        # a linear layer over a 3-D input: mm
+    assert {("aten.mm.default", "", "64"), ("aten.addmm.default", "", "64")} <= by_k
+    assert not any(v for op, v, k in by_k if k == "64")
+    assert ("aten.bmm.default", TINY_INNER_VARIANT, str(TINY_INNER - 1)) in by_k
+    assert ("aten.bmm.default", "", "128") in by_k
+
+
 def test_host_paced_rows_give_device_busy_and_a_host_cost_per_launch():
     from gpuest.calibrate.fit import host_costs, host_limited, measured_device_s
     base_s, launch_s = 20e-6, 6e-6

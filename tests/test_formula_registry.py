@@ -67,3 +67,19 @@ def test_formulas_read_arguments_by_schema_name():
     with pytest.raises(OpArgumentError, match="no argument 'dimz'.*self, shifts, dims"):
         call.arg("dimz")
     assert call.has_arg("dims") and not call.has_arg("dimz")
+
+
+def test_baddbmm_with_beta_copies_its_input_into_the_output_and_reads_it_back():
+    """baddbmm(self, b1, b2) with beta != 0 copies (broadcast) `self` into the output, then the GEMM reads the
+    output back and overwrites it: two more output-sized transfers and one more kernel than with beta = 0."""
+    from gpuest.capture import trace
+
+    class AlibiScores(torch.nn.Module):
+        def forward(self, bias: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple:
+            return torch.baddbmm(bias, q, k, beta=1.0, alpha=0.125), torch.baddbmm(bias, q, k, beta=0.0)
+    g = trace(AlibiScores(), (torch.randn(8, 1, 64), torch.randn(8, 64, 32), torch.randn(8, 32, 64)))
+    with_beta, without = [d for _, d in g.nodes(data=True) if d["op"] == "aten.baddbmm.default"]
+    out_bytes = 8 * 64 * 64 * 4
+    assert with_beta["bytes_written"] - without["bytes_written"] == out_bytes
+    assert with_beta["bytes_read"] - without["bytes_read"] == out_bytes
+    assert (with_beta["kernels"], without["kernels"]) == (2, 1)

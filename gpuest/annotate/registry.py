@@ -26,6 +26,12 @@ CATEGORIES = (
 # Categories whose FLOPs run on tensor cores (their peak depends on the math mode).
 TENSOR_CORE_CATEGORIES = frozenset({"matmul", "conv", "attention", "rnn"})
 
+# Variants whose kernels share nothing with their op's others (a GEMM with a tiny inner dimension,
+# formulas.matmul.TINY_INNER): the residual fit prices them from their own benchmarks alone and leaves them
+# out of their op's and category's fits, whose slopes they would bend (gpuest.calibrate.fit.fit_residuals).
+TINY_INNER_VARIANT = "tiny_inner"
+ISOLATED_VARIANTS = frozenset({TINY_INNER_VARIANT})
+
 
 @dataclass(frozen=True)
 class Cost:
@@ -91,7 +97,7 @@ class Cost:
     variant: which family of the op's kernels its arguments select where the families differ in kind
         (a transposed or a 1-D convolution: data-gradient kernels, height-1 planes; a backward that computes
         the weight gradient alone), "" for the op's usual one, several joined by "+"; the residual fit
-        gives a variant with enough benchmarks a fit of its own.
+        gives a variant with enough benchmarks a fit of its own (an ISOLATED_VARIANTS one nothing else).
     atomic_adds: the kernel accumulates into its output with atomic adds (a scatter): 16-bit atomic
         adds take about twice the time of fp32 ones (compare-and-swap loops or paired adds).
     dependent_updates: updates of one output row the kernel makes one after another, each reading what

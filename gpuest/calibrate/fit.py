@@ -34,9 +34,9 @@ from gpuest.price.device_time import (RESIDUAL_CLIP, DeviceTimes, dependent_upda
 from gpuest.price.node_table import NodeTable
 from gpuest.price.profile_choice import roofline_profile
 from gpuest.price.features import RESIDUAL_FEATURES
-from gpuest.annotate.registry import CATEGORIES
-from gpuest.profile import (MODE_FIT_FAMILY, MODE_KEY_SEP, PREDICTS_ALL, PROFILE_SCHEMA, Profile, ResidualFit,
-                            ResidualPoints, mode_key, prior_profile, profile_from_json)
+from gpuest.annotate.registry import CATEGORIES, ISOLATED_VARIANTS
+from gpuest.profile import (MODE_FIT_FAMILY, MODE_KEY_SEP, PREDICTS_ALL, PROFILE_SCHEMA, VARIANT_OPEN, Profile,
+                            ResidualFit, ResidualPoints, mode_key, prior_profile, profile_from_json)
 
 from .calibration_rows import device_nodes, row_clock
 from .fit_host import fit_host_and_gap, load_validation
@@ -422,8 +422,9 @@ def fit_residuals(samples: list[RowFeatures], shape_prior: Profile | None = None
     fits: dict[str, ResidualFit] = {}
     lent = dict(shape_prior.residuals) if shape_prior is not None else {}
     level_only = shape_prior is not None
-    for cat in sorted({s.category for s in train}):
-        cat_rows = [s for s in train if s.category == cat]
+    shared = [s for s in train if not isolated_variant(s.op)]
+    for cat in sorted({s.category for s in shared}):
+        cat_rows = [s for s in shared if s.category == cat]
         if len(cat_rows) >= MIN_ROWS_PER_CATEGORY:
             fits[cat] = fit_category(cat_rows, lent.get(cat), level_only)
     # Ops with enough benchmarks of their own (e.g. layer norm vs batch norm, attention forward vs
@@ -433,16 +434,17 @@ def fit_residuals(samples: list[RowFeatures], shape_prior: Profile | None = None
     # A narrower key whose rows are all of its parent's adds nothing and is skipped.
     # Pooling follows the larger effect: math mode changes a GEMM's behaviour more than which GEMM op
     # it is, so an op in one mode pools with its category in that mode (else with the op).
-    parent_size = Counter(s.category for s in train) + Counter(s.op for s in train) + \
-        Counter(mode_key(s.category, s.mode) for s in train)
-    for key_of, parents_of, min_rows in ((lambda s: s.op, lambda s: (s.category,), MIN_ROWS_PER_OP),
-                                         (lambda s: mode_key(s.category, s.mode), lambda s: (s.category,),
-                                          MIN_ROWS_PER_OP),
-                                         (lambda s: mode_key(s.op, s.mode),
-                                          lambda s: (mode_key(s.category, s.mode), s.op, s.category),
-                                          MIN_ROWS_PER_OP_IN_MODE)):
-        for key in sorted({key_of(s) for s in train}):
-            rows = [s for s in train if key_of(s) == key]
+    # An isolated variant's rows take part in its own op keys only, each pooled with nothing but its own.
+    parent_size = Counter(s.category for s in shared) + Counter(s.op for s in train) + \
+        Counter(mode_key(s.category, s.mode) for s in shared)
+    for key_of, parents_of, min_rows, rows_of in (
+            (lambda s: s.op, lambda s: () if isolated_variant(s.op) else (s.category,), MIN_ROWS_PER_OP, train),
+            (lambda s: mode_key(s.category, s.mode), lambda s: (s.category,), MIN_ROWS_PER_OP, shared),
+            (lambda s: mode_key(s.op, s.mode),
+             lambda s: (s.op,) if isolated_variant(s.op) else (mode_key(s.category, s.mode), s.op, s.category),
+             MIN_ROWS_PER_OP_IN_MODE, train)):
+        for key in sorted({key_of(s) for s in rows_of}):
+            rows = [s for s in rows_of if key_of(s) == key]
             parents = parents_of(rows[0])
             if (len(rows) >= min_rows and len({s.category for s in rows}) == 1 and key not in fits
                     and all(len(rows) < parent_size[p] for p in parents)):
@@ -455,6 +457,12 @@ def fit_residuals(samples: list[RowFeatures], shape_prior: Profile | None = None
     if level_only:
         fits.update(inherited_fits(fits, lent, {s.op: s.category for s in train}))
     return fits
+
+
+def isolated_variant(op: str) -> bool:
+    """Whether `op` (variant_op-qualified) carries a variant of ISOLATED_VARIANTS."""
+    variants = op[op.index(VARIANT_OPEN) + 1:-1].split("+") if op.endswith("]") and VARIANT_OPEN in op else ()
+    return any(v in ISOLATED_VARIANTS for v in variants)
 
 
 def inherited_fits(fits: dict[str, ResidualFit], lent: dict[str, ResidualFit],

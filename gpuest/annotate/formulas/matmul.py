@@ -2,36 +2,59 @@
 GEMM shape read from the two multiplied operands."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
-from ..registry import Cost, OpCall, iter_ops, register_cost, shape_of
+from ..registry import TINY_INNER_VARIANT, Cost, OpCall, iter_ops, register_cost, shape_of, tensor_bytes, tensors
 from .gemm import torch_flops, with_gemm
 
 aten = torch.ops.aten
+
+# A GEMM whose N or K is below TINY_INNER fills no tensor-core tile, and its kernels run far from the roofline
+# the wider shapes' fit describes, unlike each other: in bf16 on the H100 a 1048576 x 4 x 4 mm takes 107 us (0.16
+# TB/s), a linear layer of that shape 240 us, a 4 x 4 x 1048576 mm 38 us (0.44 TB/s), while a 262144 x 512 x 8
+# one writes its output at 2.6 TB/s (the suite's shapes/matmul.json `tiny_*`; python3 benchmarks/kernel_facts.py).
+# Their Cost.variant (TINY_INNER_VARIANT, an isolated one) gives them fits of their own, so they neither borrow
+# nor bend the wide ones'.
+TINY_INNER = 32
+
+
+def _matmul(call: OpCall, mnk: tuple[int, int, int], batch: int = 1) -> Cost:
+    """A matmul-category Cost of `batch` GEMMs of shape `mnk`, with its kernel variant."""
+    cost = with_gemm(call, "matmul", torch_flops(call), mnk, batch)
+    return replace(cost, variant=TINY_INNER_VARIANT) if min(mnk[1], mnk[2]) < TINY_INNER else cost
 
 
 @register_cost(aten.mm)
 def _mm(call: OpCall) -> Cost:
     (m, k), (_, n) = shape_of(call.arg("self")), shape_of(call.arg("mat2"))
-    return with_gemm(call, "matmul", torch_flops(call), (m, n, k))
+    return _matmul(call, (m, n, k))
 
 
 @register_cost(aten.addmm)
 def _addmm(call: OpCall) -> Cost:
     (m, k), (_, n) = shape_of(call.arg("mat1")), shape_of(call.arg("mat2"))
-    return with_gemm(call, "matmul", torch_flops(call), (m, n, k))
+    return _matmul(call, (m, n, k))
 
 
 @register_cost(aten.bmm)
 def _bmm(call: OpCall) -> Cost:
     (b, m, k), (_, _, n) = shape_of(call.arg("self")), shape_of(call.arg("mat2"))
-    return with_gemm(call, "matmul", torch_flops(call), (m, n, k), b)
+    return _matmul(call, (m, n, k), b)
 
 
 @register_cost(aten.baddbmm)
 def _baddbmm(call: OpCall) -> Cost:
     (b, m, k), (_, _, n) = shape_of(call.arg("batch1")), shape_of(call.arg("batch2"))
-    return with_gemm(call, "matmul", torch_flops(call), (m, n, k), b)
+    cost = _matmul(call, (m, n, k), b)
+    if call.arg("beta") == 0:
+        return cost
+    # The added input (often broadcast: an ALiBi bias) is first copied into the output by a kernel of its own,
+    # which the GEMM then reads back (beta != 0) and overwrites: the output crosses memory three times.
+    out = tensor_bytes(tensors(call.out)[0])
+    return replace(cost, bytes_read=cost.bytes_read + out, bytes_written=cost.bytes_written + out,
+                   kernels=cost.kernels + 1)
 
 
 @register_cost(*iter_ops(["_scaled_mm"]))

@@ -1,5 +1,5 @@
 """Elementwise ops over flat tensors (unary and binary, fp32 and bf16, bf16 meeting fp32), broadcast
-bias adds, binary ops of activations in two memory formats, in-place activations and ReLU's backward,
+bias adds and attention-mask adds, binary ops of activations in two memory formats, in-place activations and ReLU's backward,
 and division by a Python number."""
 from __future__ import annotations
 
@@ -35,20 +35,11 @@ def _elementwise(out: list[Benchmark]) -> None:
             for n in numels:
                 out.append(_streaming(opname, opname, fn, arity, mode, n))
     # broadcast: bias adds along the channels of NCHW activations and along the last dim
-    for mode in ("fp32", "bf16"):
-        dt = DTYPES[mode]
-        for shape, bshape in shape_table("elementwise", "bias_add"):
-            n = math.prod(shape)
-
-            def build(device: torch.device, seed: int, shape=shape, bshape=bshape, dt=dt) -> Built:
-                tiny = _tiny(device)
-                xs = tuple(_d(v, device, 2) for v in shape) if tiny else shape
-                bs = tuple(1 if v == 1 else xs[i + len(xs) - len(bshape)] for i, v in enumerate(bshape))
-                return _simple(torch.Tensor.add_, [xs, bs], [dt, dt])(device, seed)
-            tag = "x".join(map(str, shape))
-            out.append(Benchmark(f"ew_bias_add_{mode}_{tag}", "elementwise",
-                                 {"op": "add_", "dtype": mode, "shape": list(shape), "bias_shape": list(bshape)},
-                                 build, est_ms=_est(n, 2.0 * n * dt.itemsize, mode)))
+    _broadcast_adds(out, "bias_add", torch.Tensor.add_, "add_", "bias_shape",
+                    lambda shape, bshape: "x".join(map(str, shape)))
+    # Attention-mask adds: a mask broadcast over the heads leaves TensorIterator's vectorised path
+    _broadcast_adds(out, "mask_add", torch.add, "add", "mask_shape",
+                    lambda shape, mshape: "x".join(map(str, shape)) + "_mask" + "x".join(map(str, mshape)))
     # Mixed precision: a bf16 tensor meets an fp32 one (a residual stream under autocast); TensorIterator
     # casts per element on its non-vectorised path.
     for opname, fn in binary.items():
@@ -59,6 +50,25 @@ def _elementwise(out: list[Benchmark]) -> None:
                                  {"op": opname, "dtype": "bf16+fp32", "numel": n}, build,
                                  est_ms=_est(2.0 * n, 10.0 * n, "fp32")))
     _mixed_layouts(out, binary)
+
+
+def _broadcast_adds(out: list[Benchmark], table: str, fn: Callable[..., Any], opname: str, shape_key: str,
+                    tag: Callable[[list[int], list[int]], str]) -> None:
+    """`fn` of a tensor and a smaller one broadcast to it (shapes/elementwise.json `table`: a shape and the
+    broadcast operand's, aligned at the right), fp32 and bf16, named ew_<table>_<mode>_<tag>."""
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for shape, bshape in shape_table("elementwise", table):
+            n = math.prod(shape)
+
+            def build(device: torch.device, seed: int, shape=shape, bshape=bshape, dt=dt) -> Built:
+                tiny = _tiny(device)
+                xs = tuple(_d(v, device, 2) for v in shape) if tiny else tuple(shape)
+                bs = tuple(1 if v == 1 else xs[i + len(xs) - len(bshape)] for i, v in enumerate(bshape))
+                return _simple(fn, [xs, bs], [dt, dt])(device, seed)
+            out.append(Benchmark(f"ew_{table}_{mode}_{tag(shape, bshape)}", "elementwise",
+                                 {"op": opname, "dtype": mode, "shape": list(shape), shape_key: list(bshape)},
+                                 build, est_ms=_est(n, 2.0 * n * dt.itemsize, mode)))
 
 
 def _mixed_layouts(out: list[Benchmark], binary: dict[str, Callable[..., Any]]) -> None:

@@ -1,5 +1,6 @@
-"""GEMMs: torch.mm over square, awkward, skinny, prefill-sized and rectangular shapes and linear layers' weight
-gradients, nn.Linear (addmm with bias), and batched GEMMs, each in bf16, fp16, tf32 and fp32."""
+"""GEMMs: torch.mm over square, awkward, skinny, prefill-sized and rectangular shapes, linear layers' weight
+gradients and shapes with a tiny inner dimension, nn.Linear (addmm with bias), and batched GEMMs, each in bf16,
+fp16, tf32 and fp32."""
 from __future__ import annotations
 
 import torch
@@ -11,7 +12,8 @@ from .shape_tables import shape_column, shape_table
 
 def _matmul(out: list[Benchmark]) -> None:
     mm_shapes = ([(s, s, s) for s in shape_column("matmul", "square")]
-                 + shape_table("matmul", "awkward", "skinny", "prefill", "rectangular", "weight_gradients"))
+                 + shape_table("matmul", "awkward", "skinny", "prefill", "rectangular", "weight_gradients",
+                               "tiny_inner"))
     # fp32 (SIMT) GEMMs of prefill size reach a median 65 % of peak where weight gradients filling as many
     # tiles per SM reach 74 % (python3 benchmarks/kernel_facts.py); the fit's features cannot tell them apart
     # yet, and with them it priced fp32 weight gradients slower (data/calibration/experiments/prefill_fp32.*).
@@ -31,7 +33,7 @@ def _matmul(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"mm_{mode}_m{m}_n{n}_k{k}", "matmul", {"op": "mm", "dtype": mode, "m": m, "n": n,
                                                                           "k": k}, build,
                                  est_ms=_est(fl, nb, mode), matmul_tf32=mode == "tf32"))
-        for tokens, fin, fout in shape_table("matmul", "linear"):
+        for tokens, fin, fout in shape_table("matmul", "linear", "tiny_linear"):
             fl = 2.0 * tokens * fin * fout
             nb = (tokens * fin + fin * fout + tokens * fout) * dt.itemsize
 
@@ -41,7 +43,7 @@ def _matmul(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"linear_{mode}_t{tokens}_in{fin}_out{fout}", "matmul",
                                  {"op": "linear", "dtype": mode, "tokens": tokens, "in": fin, "out": fout}, build,
                                  est_ms=_est(fl, nb, mode), matmul_tf32=mode == "tf32"))
-        for b, m, n, k in shape_table("matmul", "batched", "batched_linear"):
+        for b, m, n, k in shape_table("matmul", "batched", "batched_linear", "tiny_batched"):
             fl = 2.0 * b * m * n * k
             nb = b * (m * k + k * n + m * n) * dt.itemsize
 
