@@ -28,6 +28,7 @@ from .normalize import cuda_op_name
 from .routing import RoutingAssumption, RoutingValues
 from .storage_events import StorageEvents
 
+
 class ModulePathTracker(ModuleTracker):
     """torch's ModuleTracker, which skips its backward hooks while autograd records nothing.
 
