@@ -41,6 +41,14 @@ def variant_op(op: str, variant: str) -> str:
     return f"{op}{VARIANT_OPEN}{variant}]" if variant else op
 
 
+def op_variants(op: str) -> tuple[str, ...]:
+    """The kernel variants a variant_op-qualified `op` carries ("aten.x.default[3d+weight_grad]" -> ("3d",
+    "weight_grad")), () for a plain op."""
+    if not (op.endswith("]") and VARIANT_OPEN in op):
+        return ()
+    return tuple(op[op.index(VARIANT_OPEN) + 1:-1].split("+"))
+
+
 def op_keys(op: str, mode: str) -> tuple[str, ...]:
     """The per-op keys a node of ATen `op` (variant_op-qualified) priced in math `mode` may be fitted under,
     most specific first: the op in that mode, the op, then the same for the op without its variant, and

@@ -35,8 +35,8 @@ from gpuest.price.node_table import NodeTable
 from gpuest.price.profile_choice import roofline_profile
 from gpuest.price.features import RESIDUAL_FEATURES
 from gpuest.annotate.registry import CATEGORIES, ISOLATED_VARIANTS
-from gpuest.profile import (MODE_FIT_FAMILY, MODE_KEY_SEP, PREDICTS_ALL, PROFILE_SCHEMA, VARIANT_OPEN, Profile,
-                            ResidualFit, ResidualPoints, mode_key, prior_profile, profile_from_json)
+from gpuest.profile import (MODE_FIT_FAMILY, MODE_KEY_SEP, PREDICTS_ALL, PROFILE_SCHEMA, Profile, ResidualFit,
+                            ResidualPoints, mode_key, op_variants, prior_profile, profile_from_json)
 
 from .calibration_rows import device_nodes, row_clock
 from .fit_host import fit_host_and_gap, load_validation
@@ -461,8 +461,7 @@ def fit_residuals(samples: list[RowFeatures], shape_prior: Profile | None = None
 
 def isolated_variant(op: str) -> bool:
     """Whether `op` (variant_op-qualified) carries a variant of ISOLATED_VARIANTS."""
-    variants = op[op.index(VARIANT_OPEN) + 1:-1].split("+") if op.endswith("]") and VARIANT_OPEN in op else ()
-    return any(v in ISOLATED_VARIANTS for v in variants)
+    return any(v in ISOLATED_VARIANTS for v in op_variants(op))
 
 
 def inherited_fits(fits: dict[str, ResidualFit], lent: dict[str, ResidualFit],
