@@ -119,3 +119,6 @@ def _activations_in_place(out: list[Benchmark]) -> None:
         # a tensor divided by a Python number (attention scaling, loss averaging, optimizer steps)
         for n in numels[1::2]:
             out.append(_streaming("div", "divscalar", lambda x: torch.ops.aten.div.Scalar(x, 3.0), 1, mode, n))
+        # and multiplied by one, as model code writes it (GELU's tanh approximation, attention and residual scaling)
+        for n in numels[1::2]:
+            out.append(_streaming("mul", "mulscalar", lambda x: x * 0.5, 1, mode, n))
