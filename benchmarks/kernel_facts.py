@@ -125,7 +125,6 @@ def channel_scales(rows: dict[str, dict]) -> str:
 def tiny_inner_gemms(rows: dict[str, dict]) -> str:
     """The suite's 16-bit GEMMs with an inner dimension below 32 (shapes/matmul.json `tiny_*`): time and the
     bandwidth of their bytes (formulas.matmul.TINY_INNER)."""
-    import re
     out = []
     for name, r in sorted(rows.items()):
         m = re.fullmatch(r"(mm|linear|bmm)_bf16_(?:b\d+_)?[mt](\d+)_(?:n|in)(\d+)_(?:k|out)(\d+)", name)

@@ -14,6 +14,8 @@ Sets:
 """
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable
 
@@ -230,13 +232,17 @@ TEST_MODELS = ("hf:qwen2-0.5b", "hf:roberta-base", "mnasnet1_0", "resnet101", "s
                "timm:levit_128", "timm:mobilevit_s", "timm:regnety_032", "vit_l_16", "wide_resnet50_2")
 
 
+def seeded_third(items: list[str], seed: int, of: int | None = None) -> tuple[str, ...]:
+    """random.Random(seed)'s sample of a third (rounded up) of `of` items (default: all of `items`) from
+    `items`, sorted: how each frozen test split was drawn."""
+    return tuple(sorted(random.Random(seed).sample(items, math.ceil((len(items) if of is None else of) / 3))))
+
+
 def draw_test_split() -> tuple[str, ...]:
-    """The seeded draw TEST_MODELS holds (a test checks they agree)."""
-    import math
-    import random
-    n_all = len(_MODELS) + len(_GENERALISATION)
-    specs = [spec for spec, *_ in _GENERALISATION]
-    return tuple(sorted(random.Random(TEST_SPLIT_SEED).sample(specs, math.ceil(n_all / 3))))
+    """The seeded draw TEST_MODELS holds (a test checks they agree): a third of ALL validation models, drawn
+    from the generalisation set."""
+    return seeded_third([spec for spec, *_ in _GENERALISATION], TEST_SPLIT_SEED,
+                        of=len(_MODELS) + len(_GENERALISATION))
 
 
 def generalisation_set() -> list[ValidationConfig]:
@@ -310,10 +316,7 @@ ARCHITECTURES_TEST_MODELS = ("deeplabv3_mobilenet_v3_large", "hf:albert-base-v2"
 
 def draw_architectures_test_split() -> tuple[str, ...]:
     """The seeded draw ARCHITECTURES_TEST_MODELS holds (a test checks they agree)."""
-    import math
-    import random
-    specs = [spec for spec, *_ in _ARCHITECTURES]
-    return tuple(sorted(random.Random(ARCHITECTURES_TEST_SEED).sample(specs, math.ceil(len(specs) / 3))))
+    return seeded_third([spec for spec, *_ in _ARCHITECTURES], ARCHITECTURES_TEST_SEED)
 
 
 def test_split_models() -> frozenset[str]:
@@ -365,10 +368,7 @@ def _moe_configs() -> list[ValidationConfig]:
 
 def draw_moe_test_split() -> tuple[str, ...]:
     """The seeded draw MOE_TEST_KEYS holds (a test checks they agree)."""
-    import math
-    import random
-    keys = [c.key for c in _moe_configs()]
-    return tuple(sorted(random.Random(MOE_TEST_SEED).sample(keys, math.ceil(len(keys) / 3))))
+    return seeded_third([c.key for c in _moe_configs()], MOE_TEST_SEED)
 
 
 def moe_set() -> list[ValidationConfig]:

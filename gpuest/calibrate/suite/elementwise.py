@@ -1,6 +1,6 @@
 """Elementwise ops over flat tensors (unary and binary, fp32 and bf16, bf16 meeting fp32), broadcast
-bias adds and attention-mask adds, binary ops of activations in two memory formats, in-place activations and ReLU's backward,
-and division by a Python number."""
+bias adds and attention-mask adds, binary ops of activations in two memory formats, in-place activations and
+ReLU's backward, and division and multiplication by a Python number."""
 from __future__ import annotations
 
 import math
