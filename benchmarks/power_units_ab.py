@@ -30,7 +30,8 @@ from gpuest.profile import Profile, shipped_profiles  # noqa: E402
 from gpuest.report.document import write_or_print  # noqa: E402
 
 GPUS = ("H100-SXM", "H200")
-VALIDATION = ("full", "busy-recheck", "train-b1", "generalisation", "moe", "recipes", "architectures", "perop", "perop-b1")
+VALIDATION = ("full", "busy-recheck", "train-b1", "generalisation", "moe", "recipes", "architectures", "perop",
+              "perop-b1")
 FITS = ("merged", "split")
 
 
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=None, help="write the report here (markdown) instead of stdout")
     args = p.parse_args(argv)
-    files = [ROOT / "data" / "validation" / f"{g}-{v}.jsonl" for g in GPUS for v in VALIDATION]
+    # closed validation files are stored gzipped (gpuest.jsonl reads either)
+    files = [ROOT / "data" / "validation" / f"{g}-{v}.jsonl{gz}" for g in GPUS for v in VALIDATION for gz in ("", ".gz")]
     rows, _ = load_results([f for f in files if f.exists()])
     rows = [r for r in rows if r["model"] not in test_split_models() and r.get("avg_power_w") and r.get("energy_j")]
     by_gpu = {g: profiles(g) for g in GPUS}
