@@ -146,6 +146,21 @@ def mask_adds(rows: dict[str, dict]) -> str:
     return "attention-mask adds: " + ", ".join(f"{mode} {min(v):.2f}-{max(v):.2f} TB/s" for mode, v in by.items() if v)
 
 
+def per_op_totals() -> str:
+    """Top-level ATen ops' device time in the per-op rows of two non-test H100 architectures-set configs,
+    against the step's device-busy time: CaiT's talking-heads mm calls, BLOOM's ALiBi baddbmm calls."""
+    from gpuest.jsonl import read_jsonl
+    wanted = {"timm:cait_xxs24_224|b128|i224|training|bf16-mixed": "aten::mm",
+              "hf:bloom-560m|b8|s1024|inference|bf16": "aten::baddbmm"}
+    out = []
+    for row in read_jsonl(REPO / "data" / "validation" / "H100-SXM-architectures.jsonl.gz"):
+        op = wanted.get(row["key"])
+        if op:
+            total_ms = sum(o[1] for o in row["per_op"]["ops"] if o[0] == op) / 1e3
+            out.append(f"{row['key']}: {op} {total_ms:.1f} ms of {row['device_busy_s'] * 1e3:.1f} ms busy")
+    return "per-op totals (H100): " + "; ".join(out)
+
+
 def grouped_gemms(rows: dict[str, dict]) -> str:
     """bf16 torch._grouped_mm (MoE experts): achieved TFLOP/s of the forward and of the backward (2x FLOPs)."""
     rates = {"fwd": [], "bwd": []}
@@ -592,6 +607,7 @@ def main() -> None:
     print(layout_transform_shares("H100-SXM-inference"))
     print(by_op_leaders())
     print(moe_grouped_gemm_step())
+    print(per_op_totals())
     print(conv_workspaces())
     print(rnn_reserves())
 
