@@ -146,6 +146,28 @@ def mask_adds(rows: dict[str, dict]) -> str:
     return "attention-mask adds: " + ", ".join(f"{mode} {min(v):.2f}-{max(v):.2f} TB/s" for mode, v in by.items() if v)
 
 
+def nhwc_eval_batch_norms(rows: dict[str, dict]) -> str:
+    """Eval-mode batch norm on channels-last activations (shapes/norm.json batch_norm_channels_last*): bandwidth
+    by channel count, bf16 and fp32 (formulas.norm prices each pixel as a row of C channels)."""
+    found = [(m[1], int(m[3]), _bandwidth_tb_s(row)) for name, row in rows.items()
+             if (m := re.fullmatch(r"batchnorm_eval_nhwc_(bf16|fp32)_(\d+)x(\d+)x(\d+)x(\d+)", name))]
+    by = {mode: [f"C={c} {rate:.2f}" for m, c, rate in sorted(found) if m == mode] for mode in ("bf16", "fp32")}
+    return "channels-last eval batch norm (TB/s): " + "; ".join(f"{mode} {', '.join(v)}" for mode, v in by.items())
+
+
+def expanded_divides(rows: dict[str, dict]) -> str:
+    """An expanded gradient divided by a number (shapes/elementwise.json expanded_divide): bandwidth, the same
+    on GPUs of the same SMs and clock but different memory (its strided loop is not bandwidth-bound)."""
+    rates = [_bandwidth_tb_s(r) for n, r in rows.items() if n.startswith("ew_expdiv_")]
+    return f"expanded divides: {min(rates):.2f}-{max(rates):.2f} TB/s over {len(rates)} benchmarks" if rates else ""
+
+
+def gathers_last_dim(rows: dict[str, dict]) -> str:
+    """torch.gather along the last dim (shapes/copy.json gather_last_dim): bandwidth per benchmark."""
+    return "last-dim gathers (TB/s): " + ", ".join(f"{n.removeprefix('gather_lastdim_')} {_bandwidth_tb_s(r):.2f}"
+                                                  for n, r in sorted(rows.items()) if n.startswith("gather_lastdim_"))
+
+
 def per_op_totals() -> str:
     """Top-level ATen ops' device time in the per-op rows of two non-test H100 architectures-set configs,
     against the step's device-busy time: CaiT's talking-heads mm calls, BLOOM's ALiBi baddbmm calls."""
@@ -596,7 +618,7 @@ def main() -> None:
                      pointwise_planes(gpu, rows), embedding_lookups(rows), bilinear_upsampling(rows),
                      rnn_step_times(rows), index_put_chains(rows), queued_kernel_gap(gpu, rows),
                      strided_operands(gpu, rows), channel_scales(rows), grouped_gemms(rows), tiny_inner_gemms(rows),
-                     mask_adds(rows)):
+                     mask_adds(rows), nhwc_eval_batch_norms(rows), expanded_divides(rows), gathers_last_dim(rows)):
             print("  " + line)
     print(bandwidth_scaling())
     print(fp32_prefill_gemms())

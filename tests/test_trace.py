@@ -1104,6 +1104,8 @@ def test_mixed_dtype_and_broadcast_flags():
                                                                             # value every element
     (lambda x, c: F.batch_norm(x, c, c + 1, training=False), torch.contiguous_format, 36),
     (lambda x, c: F.batch_norm(x, c, c + 1, training=False), torch.channels_last, 1),
+    (lambda x, c: c.view(8, 1, 1).expand(4, 8, 6, 6) / 2.0, torch.contiguous_format, 36),   # an expanded view
+    (lambda x, c: x.sum().expand(4, 8, 6, 6) / 2.0, torch.contiguous_format, 1152),  # a mean's backward: one value
 ])
 def test_broadcast_ops_record_the_run_over_which_the_expanded_value_holds(fn, memory_format, run):
     class Fn(torch.nn.Module):
@@ -1112,9 +1114,26 @@ def test_broadcast_ops_record_the_run_over_which_the_expanded_value_holds(fn, me
     graph = trace(Fn(), (torch.empty(4, 8, 6, 6).to(memory_format=memory_format), torch.empty(8)))
     node, = [d for _, d in graph.nodes(data=True) if d["broadcast"]]
     assert node["broadcast_run"] == run
-    # only eval batch norm's per-channel kernel walks the planes (its row segment, with no rows to reduce)
+    # only eval batch norm's per-channel kernel walks the planes (its row segment, with no rows to reduce);
+    # on channels-last data it reads the channels' values in turn, a row of 8 per pixel (4 x 6 x 6 pixels)
     walks = "batch_norm" in node["op"] and run > 1
-    assert (node["row_segment"], node["row_count"]) == ((run if walks else 0), 0)
+    nhwc = "batch_norm" in node["op"] and memory_format == torch.channels_last
+    assert (node["row_segment"], node["row_count"], node["row_len"]) == ((run if walks else 0), 144 * nhwc, 8 * nhwc)
+    assert node["variant"] == ("nhwc" if nhwc else "")
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_on_channels_last_data_is_the_isolated_nhwc_variant(training):
+    """Every batch norm kernel of a channels-last activation (forward, backward, eval) carries NHWC_VARIANT, one
+    of the variants the residual fit prices alone; on NCHW data none does."""
+    from gpuest.annotate.registry import ISOLATED_VARIANTS, NHWC_VARIANT
+    assert NHWC_VARIANT in ISOLATED_VARIANTS
+    for memory_format, variant in ((torch.channels_last, NHWC_VARIANT), (torch.contiguous_format, "")):
+        graph = trace(torch.nn.BatchNorm2d(8), (torch.empty(4, 8, 6, 6).to(memory_format=memory_format),),
+                      mode="training" if training else "inference")
+        norms = [d for _, d in graph.nodes(data=True) if "batch_norm" in d["op"]]
+        assert len(norms) == (2 if training else 1)
+        assert {d["variant"] for d in norms} == {variant}
 
 
 def test_embedding_lookups_record_one_row_per_index():

@@ -27,10 +27,14 @@ CATEGORIES = (
 TENSOR_CORE_CATEGORIES = frozenset({"matmul", "conv", "attention", "rnn"})
 
 # Variants whose kernels share nothing with their op's others (a GEMM with a tiny inner dimension,
-# formulas.matmul.TINY_INNER): the residual fit prices them from their own benchmarks alone and leaves them
+# formulas.matmul.TINY_INNER; batch norm on channels-last data): the residual fit prices them from their own benchmarks alone and leaves them
 # out of their op's and category's fits, whose slopes they would bend (gpuest.calibrate.fit.fit_residuals).
 TINY_INNER_VARIANT = "tiny_inner"
-ISOLATED_VARIANTS = frozenset({TINY_INNER_VARIANT})
+# Batch norm on channels-last data runs other kernels (channels-last reductions, TensorIterator's flat affine
+# loop) whose rate follows the channel count, not the plane (formulas.norm): pooled, its few-channel rows
+# moved the channels-first fits' slopes.
+NHWC_VARIANT = "nhwc"
+ISOLATED_VARIANTS = frozenset({TINY_INNER_VARIANT, NHWC_VARIANT})
 
 
 @dataclass(frozen=True)
@@ -412,9 +416,9 @@ LAYOUT_SENSITIVE_CATEGORIES = frozenset({"elementwise", "copy", "other"})
 def layout_order(t: torch.Tensor) -> tuple[int, ...] | None:
     """Dimensions of `t` (those longer than 1) from outermost to innermost in memory; None for a
     broadcast (stride-0) tensor, whose order says nothing about how it is read."""
-    dims = [d for d in range(t.dim()) if t.shape[d] > 1]
-    if any(t.stride(d) == 0 for d in dims):
+    if is_expanded(t):
         return None
+    dims = [d for d in range(t.dim()) if t.shape[d] > 1]
     return tuple(sorted(dims, key=lambda d: -t.stride(d)))
 
 
@@ -513,9 +517,20 @@ def generic_cost(call: "OpCall", *, category: str, flops: float = 0.0, supported
 
 
 def is_broadcast(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> bool:
-    """Whether an input of more than one element is smaller than the output it is expanded to."""
+    """Whether an input of more than one element is smaller than the output it is expanded to, or is an
+    expanded view (autograd's backward of a mean: the gradient expanded, then divided by the count)."""
     size = max((t.numel() for t in outputs), default=0)
-    return any(1 < t.numel() < size for t in inputs)
+    return any(1 < t.numel() < size or (t.numel() > 1 and is_expanded(t)) for t in inputs)
+
+
+def is_expanded(t: torch.Tensor) -> bool:
+    """Whether `t` is a view that repeats its values along a dimension (stride 0, size > 1)."""
+    return any(t.stride(d) == 0 and t.shape[d] > 1 for d in range(t.dim()))
+
+
+def source_shape(t: torch.Tensor) -> tuple[int, ...]:
+    """The shape of the values `t` holds: 1 along the dimensions an expanded view repeats."""
+    return tuple(1 if t.stride(d) == 0 else int(size) for d, size in enumerate(t.shape))
 
 
 def broadcast_run(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> int:
@@ -527,9 +542,9 @@ def broadcast_run(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> in
         return 0
     runs = []
     for t in inputs:
-        if not 1 < t.numel() < out.numel() or t.dim() > out.dim():
+        if not (1 < t.numel() < out.numel() or (t.numel() > 1 and is_expanded(t))) or t.dim() > out.dim():
             continue
-        runs.append(expanded_run((1,) * (out.dim() - t.dim()) + tuple(t.shape), out, order))
+        runs.append(expanded_run((1,) * (out.dim() - t.dim()) + source_shape(t), out, order))
     return min(runs, default=0)
 
 

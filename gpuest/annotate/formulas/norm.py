@@ -7,8 +7,8 @@ from dataclasses import replace
 from typing import Any
 
 from ..registry import (
-    REGISTRY, Cost, OpCall, by_category, expanded_run, is_channels_last, iter_ops, register_cost, schema_arg,
-    shape_of, tensors,
+    NHWC_VARIANT, REGISTRY, Cost, OpCall, by_category, expanded_run, is_channels_last, iter_ops, register_cost,
+    schema_arg, shape_of, tensors,
 )
 
 BATCH_NORM_OPS = ("native_batch_norm", "_native_batch_norm_legit", "cudnn_batch_norm", "miopen_batch_norm",
@@ -57,8 +57,13 @@ def _per_channel(formula: Any) -> Any:
     PyTorch and cuDNN run other kernels (channels-last reductions) than on NCHW data."""
     def priced(call: OpCall) -> Cost:
         x = tensors(call.arg("input"))
-        return replace(formula(call), channels_last=bool(x) and is_channels_last(x[0]))
+        return _nhwc(formula(call), bool(x) and is_channels_last(x[0]))
     return priced
+
+
+def _nhwc(cost: Cost, channels_last: bool) -> Cost:
+    """`cost` of a batch norm kernel with its memory format recorded, channels-last as NHWC_VARIANT."""
+    return replace(cost, channels_last=channels_last, variant=NHWC_VARIANT if channels_last else cost.variant)
 
 
 _norm_statistics = _per_channel(by_category("norm", flops_per_input=5.0, rows=_channel_rows))
@@ -75,6 +80,11 @@ def _batch_norm(call: OpCall) -> Cost:
     cost, x = _affine(call), tensors(call.first_arg)
     if not cost.broadcast or not x or x[0].dim() < 2:
         return cost
+    if is_channels_last(x[0]):
+        # Each pixel reads the channels' scale and shift in turn: rows of C elements, whose count sets the
+        # 16-bit rate (C = 18 streams at 0.8 TB/s, C = 256 at 2.1 on the H100: kernel_facts nhwc_eval_batch_norms).
+        channels = int(x[0].shape[1])
+        return replace(_nhwc(cost, True), broadcast_run=1, row_count=x[0].numel() // channels, row_len=channels)
     per_channel = tuple(x[0].shape[1] if d == 1 else 1 for d in range(x[0].dim()))
     run = expanded_run(per_channel, x[0])
     # On NCHW data CUDA's kernel (batch_norm_transform_input_kernel) walks each channel plane by plane

@@ -37,7 +37,7 @@ from typing import Iterable
 from .attention import _attention
 from .base import DTYPES, Benchmark, Built, TraceSpec, _FnModule, _stable_hash  # noqa: F401 (re-exported)
 from .conv import _conv
-from .copy import _copy, _index_put, index_put_accumulate_shapes  # noqa: F401 (re-exported)
+from .copy import _copy, _gathers, _index_put, index_put_accumulate_shapes  # noqa: F401 (re-exported)
 from .elementwise import _activations_in_place, _elementwise
 from .embedding import _embedding
 from .fp16 import FP16_TWIN_CATEGORIES, FP16_TWIN_SHARE, _fp16_twins  # noqa: F401 (re-exported)
@@ -63,7 +63,8 @@ def all_benchmarks(categories: Iterable[str] | None = None) -> list[Benchmark]:
     """
     grid: list[Benchmark] = []
     for family in (_matmul, _conv, _attention, _rnn, _elementwise, _activations_in_place, _reduction, _norm, _pool,
-                   _embedding, _copy, _optimizer, _probes, _nhwc_spatial, _index_put, _strided_operands, _grouped_gemm):
+                   _embedding, _copy, _optimizer, _probes, _nhwc_spatial, _index_put, _gathers, _strided_operands,
+                   _grouped_gemm):
         family(grid)
     grid += _fp16_twins(grid)
     by_cat: dict[str, list[Benchmark]] = {}

@@ -66,6 +66,7 @@ def _conv_grid() -> list[tuple[_ConvLayer, tuple[int, ...], bool, bool | str]]:
     grid += [(_ConvLayer(c, c, hw, 3, 1, 32), (32, 128), True, False) for c, hw in grouped]
     grid += [(_ConvLayer(*spec), (32, 128), True, "weights") for spec in shape_table("conv", "channels_last_layers")]
     grid += [(_ConvLayer(c, c, hw, 3, 1, 32), (32, 128), True, "weights") for c, hw in grouped]
+    grid += [(_ConvLayer(*spec), (32, 128), True, "weights") for spec in shape_table("conv", "channels_last_narrow")]
     grid += [(_ConvLayer(cin, cout, length, k, stride, 1, dims=1), (1, 8, 32), True, False)
              for cin, cout, length, k, stride in shape_table("conv", "conv1d")]
     grid += [(_ConvLayer(cin, cout, hw, k, stride, 1, transposed=True), (1, 32, 128), True, False)

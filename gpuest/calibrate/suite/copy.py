@@ -1,6 +1,6 @@
 """Copies (category "copy"): casts, transposes, NCHW<->NHWC and attention-head permutes, concatenations,
 the permuted copies networks make (channel shuffles, window partitions, channel splits, rolls), and
-accumulating index_put."""
+accumulating index_put and gathers along the last dim."""
 from __future__ import annotations
 
 import math
@@ -206,3 +206,26 @@ def _index_put(out: list[Benchmark]) -> None:
     for mode in ("fp32", "bf16"):
         for targets, n_idx, width in index_put_accumulate_shapes():
             _index_put_accumulate(out, mode, targets, n_idx, width)
+
+
+def _gathers(out: list[Benchmark]) -> None:
+    """torch.gather(src, -1, index) of shapes/copy.json gather_last_dim: src (batch, seq, span), index
+    (batch, seq, seq) into the span, drawn once per (seq, seq) and expanded over the batch, or per element."""
+    for mode, batch, seq, span, expanded in shape_table("copy", "gather_last_dim"):
+        dt = DTYPES[mode]
+
+        def build(device: torch.device, seed: int, batch=batch, seq=seq, span=span, expanded=expanded,
+                  dt=dt) -> Built:
+            b, s, k = _d(batch, device, 2), _d(seq, device), _d(span, device)
+
+            def make_set(i: int) -> tuple:
+                idx = torch.randint(0, k, (1 if expanded else b, s, s), device=device,
+                                    generator=_gen(device, seed, i))
+                return _randn((b, s, k), dt, device, seed, 100 + i), idx.expand(b, s, s)
+            return Built(lambda src, idx: torch.gather(src, -1, idx), make_set)
+        n_out = batch * seq * seq
+        out.append(Benchmark(f"gather_lastdim_{mode}_b{batch}_s{seq}_k{span}{'_expanded' if expanded else ''}",
+                             "copy", {"op": "gather", "dtype": mode, "batch": batch, "seq": seq, "span": span,
+                                      "expanded_index": bool(expanded)},
+                             build, est_ms=_est(0, 2.0 * n_out * dt.itemsize + 8.0 * (seq * seq if expanded
+                                                                                          else n_out))))

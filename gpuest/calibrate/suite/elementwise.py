@@ -1,6 +1,6 @@
 """Elementwise ops over flat tensors (unary and binary, fp32 and bf16, bf16 meeting fp32), broadcast
 bias adds and attention-mask adds, binary ops of activations in two memory formats, in-place activations and
-ReLU's backward, and division and multiplication by a Python number."""
+ReLU's backward, division and multiplication by a Python number, and the division of an expanded gradient."""
 from __future__ import annotations
 
 import math
@@ -122,3 +122,22 @@ def _activations_in_place(out: list[Benchmark]) -> None:
         # and multiplied by one, as model code writes it (GELU's tanh approximation, attention and residual scaling)
         for n in numels[1::2]:
             out.append(_streaming("mul", "mulscalar", lambda x: x * 0.5, 1, mode, n))
+    _expanded_divides(out)
+
+
+def _expanded_divides(out: list[Benchmark]) -> None:
+    """A tensor of shapes/elementwise.json expanded_divide's source_shape, expanded to its shape and divided
+    by a Python number (autograd's backward of a mean), fp32 and bf16, named ew_expdiv_<mode>_<shape>."""
+    for mode in ("fp32", "bf16"):
+        dt = DTYPES[mode]
+        for shape, source in shape_table("elementwise", "expanded_divide"):
+            n = math.prod(shape)
+
+            def build(device: torch.device, seed: int, shape=shape, source=source, dt=dt) -> Built:
+                xs = tuple(_d(v, device, 2) for v in shape) if _tiny(device) else tuple(shape)
+                src = tuple(1 if v == 1 else xs[i] for i, v in enumerate(source))
+                return _simple(lambda g: torch.ops.aten.div.Scalar(g.expand(xs), 4096.0), [src], [dt])(device, seed)
+            out.append(Benchmark(f"ew_expdiv_{mode}_{'x'.join(map(str, shape))}_from{'x'.join(map(str, source))}",
+                                 "elementwise", {"op": "div", "dtype": mode, "shape": list(shape),
+                                                 "source_shape": list(source)},
+                                 build, est_ms=_est(n, n * dt.itemsize, mode)))

@@ -15,7 +15,8 @@ def _batch_norm_layouts(out: list[Benchmark]) -> None:
     """Batch norm in the layouts other recipes run, training (forward, backward) and eval: channels-last
     (NHWC) CNN activations, whose kernels read across channels, and BatchNorm1d over (N, C) tokens and
     (N, C, L) sequences."""
-    nhwc = [(shape, True) for shape in shape_column("norm", "batch_norm_channels_last")]
+    nhwc = [(shape, True) for table in ("batch_norm_channels_last", "batch_norm_channels_last_narrow")
+            for shape in shape_column("norm", table)]
     flat = [(shape, False) for shape in shape_column("norm", "batch_norm_1d")]
     for mode in ("fp32", "bf16", "bf16mix"):
         dt = DTYPES[mode.removesuffix("mix")]
