@@ -170,10 +170,12 @@ def gathers_last_dim(rows: dict[str, dict]) -> str:
 
 def per_op_totals() -> str:
     """Top-level ATen ops' device time in the per-op rows of two non-test H100 architectures-set configs,
-    against the step's device-busy time: CaiT's talking-heads mm calls, BLOOM's ALiBi baddbmm calls."""
+    against the step's device-busy time: CaiT's talking-heads mm calls, BLOOM's ALiBi baddbmm calls and its
+    training step's divisions (its loss gradient)."""
     from gpuest.jsonl import read_jsonl
     wanted = {"timm:cait_xxs24_224|b128|i224|training|bf16-mixed": "aten::mm",
-              "hf:bloom-560m|b8|s1024|inference|bf16": "aten::baddbmm"}
+              "hf:bloom-560m|b8|s1024|inference|bf16": "aten::baddbmm",
+              "hf:bloom-560m|b8|s1024|training|bf16-mixed": "aten::div"}
     out = []
     for row in read_jsonl(REPO / "data" / "validation" / "H100-SXM-architectures.jsonl.gz"):
         op = wanted.get(row["key"])
