@@ -1,5 +1,6 @@
 """Ops on strided views (a slice, a chunk) rather than dense tensors: elementwise ops on a chunk, cats
-of strided halves and of a kept-apart token, stacks of 4-d views (categories "elementwise" and "copy")."""
+of strided halves, of a kept-apart token and of a rotated part with a head's pass-through slice, stacks of
+4-d views (categories "elementwise" and "copy")."""
 from __future__ import annotations
 
 import torch
@@ -65,3 +66,17 @@ def _strided_operands(out: list[Benchmark]) -> None:
         out.append(Benchmark(f"stack_dense_strided_{mode}_b{b}_h{h}_s{sq}_d{d}", "copy",
                              {"op": "stack", "dtype": mode, "shape": [b, h, sq, d], "operands": "dense+strided"},
                              build_mixed, est_ms=_est(0, 2.0 * dt.itemsize * b * h * sq * d)))
+    for mode, b, h, sq, rot, d in shape_table("strided", "rotary_pass"):
+        dt = DTYPES[mode]
+
+        def build_pass(device: torch.device, seed: int, b=b, h=h, sq=sq, rot=rot, d=d, dt=dt) -> Built:
+            bb, hh, ss, rr = (_d(v, device, 4) for v in (b, h, sq, rot))
+            dd = rr + _d(d - rot, device, 4)
+            # the rotated part (dense) beside the rest of each head, sliced from the (batch, seq, heads, dim)
+            # projection output seen as (batch, heads, seq, dim)
+            return _simple(lambda y, x: torch.cat((y, x.transpose(1, 2)[..., rr:]), -1),
+                           [(bb, hh, ss, rr), (bb, ss, hh, dd)], [dt, dt])(device, seed)
+        out.append(Benchmark(f"cat_rotary_pass_{mode}_b{b}_h{h}_s{sq}_r{rot}_d{d}", "copy",
+                             {"op": "cat", "dtype": mode, "shape": [b, h, sq, d], "rotary": rot,
+                              "operands": "dense+transposed slice"},
+                             build_pass, est_ms=_est(0, 2.0 * dt.itemsize * b * h * sq * d)))
