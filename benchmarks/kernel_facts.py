@@ -169,7 +169,7 @@ def gathers_last_dim(rows: dict[str, dict]) -> str:
 
 
 def per_op_totals() -> str:
-    """Top-level ATen ops' device time in the per-op rows of two non-test H100 architectures-set configs,
+    """Top-level ATen ops' device time in the per-op rows of three non-test H100 architectures-set configs,
     against the step's device-busy time: CaiT's talking-heads mm calls, BLOOM's ALiBi baddbmm calls and its
     training step's divisions (its loss gradient)."""
     from gpuest.jsonl import read_jsonl
