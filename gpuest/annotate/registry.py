@@ -27,8 +27,9 @@ CATEGORIES = (
 TENSOR_CORE_CATEGORIES = frozenset({"matmul", "conv", "attention", "rnn"})
 
 # Variants whose kernels share nothing with their op's others (a GEMM with a tiny inner dimension,
-# formulas.matmul.TINY_INNER; batch norm on channels-last data): the residual fit prices them from their own benchmarks alone and leaves them
-# out of their op's and category's fits, whose slopes they would bend (gpuest.calibrate.fit.fit_residuals).
+# formulas.matmul.TINY_INNER; batch norm on channels-last data): the residual fit prices them from their own
+# benchmarks alone and leaves them out of their op's and category's fits, whose slopes they would bend
+# (gpuest.calibrate.fit.fit_residuals).
 TINY_INNER_VARIANT = "tiny_inner"
 # Batch norm on channels-last data runs other kernels (channels-last reductions, TensorIterator's flat affine
 # loop) whose rate follows the channel count, not the plane (formulas.norm): pooled, its few-channel rows
