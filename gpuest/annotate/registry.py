@@ -521,7 +521,13 @@ def is_broadcast(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> boo
     """Whether an input of more than one element is smaller than the output it is expanded to, or is an
     expanded view (autograd's backward of a mean: the gradient expanded, then divided by the count)."""
     size = max((t.numel() for t in outputs), default=0)
-    return any(1 < t.numel() < size or (t.numel() > 1 and is_expanded(t)) for t in inputs)
+    return any(is_broadcast_input(t, size) for t in inputs)
+
+
+def is_broadcast_input(t: torch.Tensor, size: int) -> bool:
+    """Whether `t` (more than one element) is read expanded to an output of `size` elements: smaller than it,
+    or an expanded view."""
+    return 1 < t.numel() < size or (t.numel() > 1 and is_expanded(t))
 
 
 def is_expanded(t: torch.Tensor) -> bool:
@@ -543,7 +549,7 @@ def broadcast_run(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> in
         return 0
     runs = []
     for t in inputs:
-        if not (1 < t.numel() < out.numel() or (t.numel() > 1 and is_expanded(t))) or t.dim() > out.dim():
+        if not is_broadcast_input(t, out.numel()) or t.dim() > out.dim():
             continue
         runs.append(expanded_run((1,) * (out.dim() - t.dim()) + source_shape(t), out, order))
     return min(runs, default=0)
