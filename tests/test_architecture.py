@@ -21,7 +21,8 @@ RESULT_FORMATTERS = {"gpuest.report.text"}
 # Modules that run on the GPU to measure; they must not import the predictor they are measured against.
 MEASURING = {"gpuest.calibrate." + m for m in ("runner", "validate", "validate_context", "validate_measure",
                                                "validate_profile", "memory_validate", "generation_validate",
-                                               "kernel_profile", "timing", "nvml_monitor", "suite", "budget")}
+                                               "kernel_profile", "timing", "nvml_monitor", "suite", "budget",
+                                               "host_probe")}
 
 
 def _module(path: Path) -> str:

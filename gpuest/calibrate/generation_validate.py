@@ -17,7 +17,9 @@ hf:llama-3b), a Qwen2-style GQA model (hf:qwen2-0.5b) and GPT-2 (hf:gpt2). One J
             generate()'s own Python work
 Each row has wall time per call (CUDA events, synchronised; median), device-busy time (torch.profiler:
 union of GPU kernels, memcpys and memsets), energy and average power (NVML energy counter over a >= 2 s
-window) and provenance (GPU, driver, CUDA, cuDNN, torch, transformers, date, command, git commit).
+window), a host probe taken just before it (`host_probe`: gpuest.calibrate.host_probe, so the report can
+price the row on the host that ran it; --no-host-probe leaves it out) and provenance (GPU, driver, CUDA,
+cuDNN, torch, transformers, date, command, git commit).
 Configs run in tiers (every model's core configs before any model's extended grid) until --budget-s
 would be exceeded; the file is appended to and --resume (default) skips configs already in it.
 Nothing here changes clocks, power limits or any other GPU setting.
@@ -38,6 +40,7 @@ from typing import Any, Callable
 
 import torch
 
+from .host_probe import HostProbe
 from .validate import RunContext, _append, _Timer, measure_energy, profile_iterations, read_rows
 
 ROW_SCHEMA = "gpuest.generation/1"
@@ -257,7 +260,7 @@ def measure(cfg: GenConfig, ctx: RunContext, models: Models, per_op: bool = Fals
 
 def run(out: Path, budget_s: float, *, dry_run: bool = False, resume: bool = True, window_s: float = 2.0,
         models_filter: list[str] | None = None, keys: list[str] | None = None, per_op: bool = False,
-        kinds: list[str] | None = None, command: str = "") -> int:
+        kinds: list[str] | None = None, command: str = "", host_probe: bool = True) -> int:
     start = time.perf_counter()
     grid = configs(dry_run)
     for what, asked, field in (("models", models_filter, "model"), ("kinds", kinds, "kind"), ("config keys", keys, "key")):
@@ -272,6 +275,7 @@ def run(out: Path, budget_s: float, *, dry_run: bool = False, resume: bool = Tru
     done = {r.get("key") for r in read_rows(out) if r.get("gpu") == ctx.gpu} if resume else set()
     todo = [c for c in todo if c.key not in done]
     models = Models(ctx.device)
+    probe: HostProbe | None = None   # built before the first config it times
     print(f"generation_validate: {len(todo)} configs to measure on {ctx.gpu} within {budget_s:.0f} s -> {out}")
     measured = 0
     longest = 0.0
@@ -289,6 +293,9 @@ def run(out: Path, budget_s: float, *, dry_run: bool = False, resume: bool = Tru
                                    "dry_run": dry_run, "provenance": {**ctx.provenance, "command": command},
                                    "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
             try:
+                if host_probe:
+                    probe = probe or HostProbe(ctx.device)
+                    row["host_probe"] = probe.measure()
                 row.update(measure(cfg, ctx, models, per_op=per_op))
             except Exception as exc:  # noqa: BLE001 - record and go on
                 row.update(status="error", error=f"{type(exc).__name__}: {exc}"[:2000],
@@ -322,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-resume", dest="resume", action="store_false", help="measure configs already in --out again")
     p.add_argument("--window-s", type=float, default=2.0, help="energy window in s (default 2)")
     p.add_argument("--dry-run", action="store_true", help="three tiny configs on the CPU (no CUDA, no NVML)")
+    p.add_argument("--no-host-probe", dest="host_probe", action="store_false",
+                   help="do not time the host probe before each config")
     args = p.parse_args(argv)
     if args.list:
         print("\n".join(c.key for c in configs(args.dry_run)))
@@ -336,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                window_s=min(args.window_s, 0.3) if args.dry_run else args.window_s, models_filter=models,
                keys=[k.strip() for k in args.keys.split(",")] if args.keys else None, per_op=args.per_op,
                kinds=[k.strip() for k in args.kinds.split(",")] if args.kinds else None,
-               command=command)
+               command=command, host_probe=args.host_probe)
 
 
 if __name__ == "__main__":

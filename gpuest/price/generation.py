@@ -168,17 +168,17 @@ def generate_host_s(profile: Profile) -> dict[str, float]:
 
 def price_generation(graphs: GenerationGraphs, gpu: str | GPUSpec, clock: float | None = None, *,
                      profile: Any = None, launch: str = "eager", power_limit: float | None = None,
-                     warn: bool = True) -> GenerationEstimate:
+                     host_scale: float = 1.0, warn: bool = True) -> GenerationEstimate:
     """Price traced generate() steps on `gpu` (arguments as `estimate_generation`)."""
     if launch not in LAUNCHES:
         raise ValueError(f"unknown launch {launch!r}; accepted: {', '.join(LAUNCHES)}")
     spec = gpu if isinstance(gpu, GPUSpec) else get_gpu(gpu)
-    kw = dict(profile=profile, power_limit=power_limit)
+    kw = dict(profile=profile, power_limit=power_limit, host_scale=host_scale)
     # transformers compiles (CUDA-graphs) only the decode steps: the prefill always runs eagerly
     pre = estimate_graph(graphs.prefill, spec, clock, warn=warn, launch="eager", **kw)
     steps = [estimate_graph(p.graph, spec, clock, warn=False, launch=launch, **kw) for p in graphs.decode]
     choice = choose_profile(spec, profile)
-    host = generate_host_s(choice.profile)
+    host = {k: v * host_scale for k, v in generate_host_s(choice.profile).items()}
     fit = choice.profile.power
     wait_w = (float(waiting_power_w(spec, pre.effective_clock_mhz, transfer_power(fit, get_gpu(choice.profile.gpu),
                                                                                    spec)))
@@ -226,7 +226,7 @@ def _phase_row(phase: str, context: int, query_tokens: int, steps: float, time_s
 def estimate_generation(model_or_name: torch.nn.Module | str, gpu: str | GPUSpec, *, batch: int,
                         prompt_tokens: int, new_tokens: int, precision: str = "bf16", cache: str = "dynamic",
                         launch: str = "eager", clock: float | None = None, power_limit: float | None = None,
-                        profile: Any = None) -> GenerationEstimate:
+                        profile: Any = None, host_scale: float = 1.0) -> GenerationEstimate:
     """Predict a greedy transformers `generate()` call of `new_tokens` tokens after a `prompt_tokens` prompt,
     for `batch` sequences, on `gpu`.
 
@@ -239,6 +239,8 @@ def estimate_generation(model_or_name: torch.nn.Module | str, gpu: str | GPUSpec
         launch a step, as with a static cache and torch.compile; the prefill runs eagerly either way).
     clock: SM clock in MHz (default max boost); power_limit: board limit in W (default TDP).
     profile: as for `estimate` (None: the GPU's calibrated profile or the nearest one).
+    host_scale: multiplies every host cost, the ops' dispatch and generate()'s own Python work (this host's
+        speed against the profile's calibration hosts: `gpuest host-probe` measures it).
     The result carries ttft_s, tpot_s, time_s, tokens_per_s, energy_j, energy_per_token_j and `phases`;
     decode steps are priced at QUADRATURE_POINTS contexts spread over the answer and integrated (module
     docstring). Raises GenerationError for a model that is not a decoder LM with a KV cache, or for more
@@ -246,13 +248,16 @@ def estimate_generation(model_or_name: torch.nn.Module | str, gpu: str | GPUSpec
     """
     graphs = trace_generation(model_or_name, batch=batch, prompt_tokens=prompt_tokens, new_tokens=new_tokens,
                               precision=precision, cache=cache)
-    return price_generation(graphs, gpu, clock, profile=profile, launch=launch, power_limit=power_limit)
+    return price_generation(graphs, gpu, clock, profile=profile, launch=launch, power_limit=power_limit,
+                            host_scale=host_scale)
 
 
 def compare_generation(graphs: GenerationGraphs, gpus: Iterable[str] | None = None, clock: float | None = None, *,
-                       by: str = "tokens_per_s", launch: str = "eager", profile: Any = None) -> pd.DataFrame:
+                       by: str = "tokens_per_s", launch: str = "eager", profile: Any = None,
+                       host_scale: float = 1.0) -> pd.DataFrame:
     """One row per GPU (each at `clock`, clamped to its range, or its max boost) for the traced generate()
-    call, ranked by `by`: "tokens_per_s" (highest first), "energy_per_token", "time" or "ttft" (lowest first)."""
+    call, ranked by `by`: "tokens_per_s" (highest first), "energy_per_token", "time" or "ttft" (lowest first);
+    host_scale as for `estimate_generation`."""
     from ..catalog import list_gpus
     if by not in GENERATION_OBJECTIVES:
         raise ValueError(f"unknown ranking {by!r} for a generation; accepted: {', '.join(GENERATION_OBJECTIVES)}")
@@ -261,7 +266,7 @@ def compare_generation(graphs: GenerationGraphs, gpus: Iterable[str] | None = No
     for name in names:
         spec = get_gpu(name)
         clk = None if clock is None else min(max(clock, spec.min_clock_mhz), spec.max_clock_mhz)
-        est = price_generation(graphs, spec, clk, profile=profile, launch=launch, warn=False)
+        est = price_generation(graphs, spec, clk, profile=profile, launch=launch, host_scale=host_scale, warn=False)
         rows.append({k: v for k, v in est.summary().items() if k in (
             "gpu", "clock_mhz", "ttft_s", "tpot_s", "time_s", "tokens_per_s", "energy_j", "energy_per_token_j",
             "avg_power_w", "profile_source")})

@@ -6,7 +6,10 @@ Each measured row (status ok, not a dry run) is priced on its GPU with the GPU's
 a decode or prefill row as the same greedy loop iteration (`capture.generation.trace_step`, priced by
 `estimate_graph`), a generate row by `estimate_generation`. Absolute percentage errors of device-busy time,
 wall time and energy per call are summarised per kind, model family and GPU, against the aims of issue 29
-(decode-step device time <= 10 % MAPE, generate() wall time <= 15 %).
+(decode-step device time <= 10 % MAPE, generate() wall time <= 15 %). Wall time and energy are priced twice:
+with the profile's host costs as calibrated, and on the host that measured the row, at the host_scale of the
+host probe taken just before it (`host_probe`, gpuest.calibrate.fit_host_scale), as a user prices their host
+after `gpuest host-probe`; rows measured without a probe have no such prediction.
 """
 from __future__ import annotations
 
@@ -21,9 +24,11 @@ import pandas as pd
 
 from ..jsonl import read_jsonl
 
-AIMS = (("decode-step device time", "decode", "device", 10.0), ("generate() wall time", "generate", "wall", 15.0))
+AIMS = (("decode-step device time", "decode", "device", 10.0), ("generate() wall time", "generate", "wall", 15.0),
+        ("generate() wall time on the measuring host (host probe)", "generate", "wall_host", 15.0))
 QUANTITIES = {"device": ("device_busy_s", "device-busy time"), "wall": ("wall_s", "wall time"),
-              "energy": ("energy_j", "energy")}
+              "energy": ("energy_j", "energy"), "wall_host": ("wall_s", "wall time (host probe)"),
+              "energy_host": ("energy_j", "energy (host probe)")}
 
 
 def latest_rows(paths: Iterable[Path]) -> list[dict[str, Any]]:
@@ -40,8 +45,9 @@ def predict(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """One record per row: measured and predicted device time, wall time and energy (s, J)."""
     from ..capture.generation import decoder_facts, trace_step
     from ..capture.models import load_model
+    from ..calibrate.fit_host_scale import probe_host_scale
     from ..price.estimate import estimate_graph
-    from ..price.generation import estimate_generation
+    from ..price.generation import price_generation, trace_generation
     built: dict[str, Any] = {}
     out = []
     for row in sorted(rows, key=lambda r: r["model"]):
@@ -51,19 +57,29 @@ def predict(rows: list[dict[str, Any]]) -> pd.DataFrame:
             built = {spec: (model, decoder_facts(model, spec))}
         model, facts = built[spec]
         if row["kind"] == "generate":
-            est = estimate_generation(model, gpu, batch=row["batch"], prompt_tokens=row["prompt"],
+            graphs = trace_generation(model, batch=row["batch"], prompt_tokens=row["prompt"],
                                       new_tokens=row["new_tokens"], precision=row["precision"], cache=row["cache"])
-            pred = {"device": est.device_time_s, "wall": est.time_s, "energy": est.energy_j}
+
+            def price(scale: float) -> Any:
+                return price_generation(graphs, gpu, host_scale=scale, warn=False)
         else:
             decode = row["kind"] == "decode"
             context, query = (row["context"], 1) if decode else (0, row["prompt"])
             g = trace_step(model, facts, batch=row["batch"], context=context, query_tokens=query, cache=row["cache"],
                            max_len=context + query, precision=row["precision"], name=spec)
-            est1 = estimate_graph(g, gpu, warn=False)
-            pred = {"device": est1.device_time_s, "wall": est1.time_s, "energy": est1.energy_j}
+
+            def price(scale: float) -> Any:
+                return estimate_graph(g, gpu, warn=False, host_scale=scale)
+        est = price(1.0)
+        scale = probe_host_scale(row["host_probe"], gpu).host_scale if row.get("host_probe") else float("nan")
+        on_host = price(scale) if scale == scale else None
+        pred = {"device": est.device_time_s, "wall": est.time_s, "energy": est.energy_j,
+                "wall_host": on_host.time_s if on_host else float("nan"),
+                "energy_host": on_host.energy_j if on_host else float("nan")}
         rec = {"kind": row["kind"], "model": spec, "family": row.get("family", spec), "gpu": gpu,
                "batch": row["batch"], "context": row.get("context", 0), "prompt": row.get("prompt", 0),
-               "new_tokens": row.get("new_tokens", 0), "python_per_step_s": row.get("generate_python_per_step_s")}
+               "new_tokens": row.get("new_tokens", 0), "python_per_step_s": row.get("generate_python_per_step_s"),
+               "host_scale": scale}
         for q, (field, _) in QUANTITIES.items():
             meas = row.get(field)
             rec[f"meas_{q}"] = float(meas) if isinstance(meas, (int, float)) else np.nan
@@ -80,6 +96,10 @@ def _md(header: list[str], rows: list[list[Any]]) -> str:
 
 def _pct(v: float) -> str:
     return "-" if v != v else f"{v:.1f} %"
+
+
+def _scale(v: float) -> str:
+    return "-" if v != v else f"{v:.2f}"
 
 
 def _ms(v: float) -> str:
@@ -109,19 +129,22 @@ def render(df: pd.DataFrame, sources: list[str], command: str) -> str:
     gen = df[df["kind"] == "generate"]
     if not gen.empty:
         lines += ["## generate() calls", "",
-                  "Times in ms. `python/step`: measured generate() minus the same steps as a plain loop, per token "
+                  "Times in ms. `host scale`: of the host probe taken just before the row (`-`: none was). "
+                  "`python/step`: measured generate() minus the same steps as a plain loop, per token "
                   "(the estimate's `generate_step` host cost stands for it).", ""]
-        lines += [_md(["model", "GPU", "batch", "prompt", "new", "wall", "pred wall", "busy", "pred busy",
-                       "python/step"],
+        lines += [_md(["model", "GPU", "batch", "prompt", "new", "wall", "pred wall", "host scale",
+                       "pred wall on host", "busy", "pred busy", "python/step"],
                       [[r.model, r.gpu, r.batch, r.prompt, r.new_tokens, _ms(r.meas_wall), _ms(r.pred_wall),
-                        _ms(r.meas_device), _ms(r.pred_device), _ms(r.python_per_step_s or np.nan)]
-                       for r in gen.itertuples()]), ""]
+                        _scale(r.host_scale), _ms(r.pred_wall_host), _ms(r.meas_device), _ms(r.pred_device),
+                        _ms(r.python_per_step_s or np.nan)] for r in gen.itertuples()]), ""]
     dec = df[df["kind"] != "generate"]
     if not dec.empty:
         lines += ["## Decode steps and prefills", "", "Times in ms.", ""]
-        lines += [_md(["kind", "model", "GPU", "batch", "context", "prompt", "busy", "pred busy", "wall", "pred wall"],
+        lines += [_md(["kind", "model", "GPU", "batch", "context", "prompt", "busy", "pred busy", "wall", "pred wall",
+                       "host scale", "pred wall on host"],
                       [[r.kind, r.model, r.gpu, r.batch, r.context, r.prompt, _ms(r.meas_device),
-                        _ms(r.pred_device), _ms(r.meas_wall), _ms(r.pred_wall)] for r in dec.itertuples()]), ""]
+                        _ms(r.pred_device), _ms(r.meas_wall), _ms(r.pred_wall), _scale(r.host_scale),
+                        _ms(r.pred_wall_host)] for r in dec.itertuples()]), ""]
     return "\n".join(lines)
 
 
