@@ -1,5 +1,5 @@
-"""`gpuest` command line: graph, estimate, compare, sweep, memory, generate, gpus, calibrate, fit, validate,
-report, export, plot."""
+"""`gpuest` command line: graph, estimate, compare, sweep, memory, generate, host-probe, gpus, calibrate, fit,
+validate, report, export, plot."""
 from __future__ import annotations
 
 import argparse
@@ -135,12 +135,38 @@ def cmd_generate(args: argparse.Namespace) -> int:
     graphs = trace_generation(args.model, batch=args.batch, prompt_tokens=args.prompt, new_tokens=args.new_tokens,
                               precision=args.precision, cache=args.cache)
     est = price_generation(graphs, args.gpu, args.clock, launch=args.launch, power_limit=args.power_limit,
-                           profile=args.profile)
+                           profile=args.profile, host_scale=args.host_scale)
     print(json.dumps(est.to_dict(), indent=1, default=str) if args.json else est)
     if args.compare:
         gpus = [args.gpu] + [g for g in args.compare.split(",") if g]
-        df = compare_generation(graphs, gpus, args.clock, by=args.by, launch=args.launch, profile=args.profile)
+        df = compare_generation(graphs, gpus, args.clock, by=args.by, launch=args.launch, profile=args.profile,
+                                host_scale=args.host_scale)
         print(df.to_json(orient="records", indent=1) if args.json else "\n" + df.to_string(index=False))
+    return 0
+
+
+def cmd_host_probe(args: argparse.Namespace) -> int:
+    from pathlib import Path
+    from .calibrate.fit_host_scale import probe_host_scale
+    from .errors import HostProbeError
+    if args.from_file:
+        try:
+            record = json.loads(Path(args.from_file).read_text())
+        except json.JSONDecodeError as exc:
+            raise HostProbeError(f"{args.from_file} is not JSON ({exc}); accepted: a record of "
+                                 "`gpuest host-probe -o`") from exc
+    else:
+        import torch
+        if not torch.cuda.is_available():
+            raise HostProbeError("gpuest host-probe times small steps on this machine's GPU, and "
+                                 "torch.cuda.is_available() is False; accepted: run it where the GPU is, or "
+                                 "price a saved record with --from FILE")
+        from .calibrate.host_probe import HostProbe
+        record = HostProbe("cuda").measure()
+        if args.output:
+            Path(args.output).write_text(json.dumps(record, indent=1) + "\n")
+    scale = probe_host_scale(record, args.gpu)
+    print(json.dumps({"gpu": scale.gpu, "host_scale": scale.host_scale}) if args.json else scale)
     return 0
 
 
@@ -226,9 +252,15 @@ def _estimate_args(p: argparse.ArgumentParser) -> None:
     """Adds `gpuest estimate`'s own arguments."""
     p.add_argument("--power-limit", type=float, default=None, help="board power limit in W (default TDP)")
     p.add_argument("--profile", default=None, help="profile JSON, 'prior' or 'roofline' (default: automatic)")
-    p.add_argument("--host-scale", type=float, default=1.0, help="scale host dispatch costs (slower CPU > 1)")
+    _host_scale_arg(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--per-node", action="store_true", help="include per-node rows in --json output")
+
+
+def _host_scale_arg(p: argparse.ArgumentParser) -> None:
+    """Adds --host-scale (estimate, generate)."""
+    p.add_argument("--host-scale", type=float, default=1.0,
+                   help="scale host dispatch costs (slower CPU > 1; `gpuest host-probe` measures it)")
 
 
 def _compare_args(p: argparse.ArgumentParser) -> None:
@@ -268,10 +300,19 @@ def _generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", default="dynamic", choices=["dynamic", "static"], help="transformers KV cache kind")
     p.add_argument("--power-limit", type=float, default=None, help="board power limit in W (default TDP)")
     p.add_argument("--profile", default=None, help="profile JSON, 'prior' or 'roofline' (default: automatic)")
+    _host_scale_arg(p)
     p.add_argument("--compare", default=None, help="also rank these comma-separated GPUs (with --gpu)")
     p.add_argument("--by", default="tokens_per_s", choices=["tokens_per_s", "energy_per_token", "time", "ttft"],
                    help="ranking of --compare (default tokens_per_s)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def _host_probe_args(p: argparse.ArgumentParser) -> None:
+    """Adds `gpuest host-probe`'s own arguments."""
+    p.add_argument("--gpu", required=True, help="the GPU whose profile the scale is for (the one you will price)")
+    p.add_argument("-o", "--output", default=None, help="also save the measured probe record (JSON)")
+    p.add_argument("--from", dest="from_file", default=None, help="price a saved probe record instead of measuring")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
 def _fit_args(p: argparse.ArgumentParser) -> None:
@@ -323,6 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "batch"))
     _generate_args(add("generate", cmd_generate, "predict a greedy generate() call of a decoder LM: TTFT, time per "
                        "token, tokens/s and energy per token", model=False, gpu=True))
+    _host_probe_args(add("host-probe", cmd_host_probe, "measure this host's dispatch speed against a GPU's "
+                         "profile: the --host-scale to price this machine's host with", model=False))
     add("gpus", cmd_gpus, "list the GPU catalogue", model=False)
     add("calibrate", cmd_calibrate, "measure this machine's GPU (micro-benchmarks + NVML; options: gpuest "
         "calibrate -h)", model=False, add_help=False)

@@ -55,3 +55,8 @@ class RoutingError(GpuestError, ValueError):
 class OpArgumentError(GpuestError, ValueError):
     """A cost formula asked an ATen op for an argument its schema does not declare (a renamed argument, or
     a formula registered for an op it does not fit)."""
+
+
+class HostProbeError(GpuestError, ValueError):
+    """A host probe record is unreadable (another schema, no steps, a step without a time), or a probe
+    step is not paced by the host on the GPU it is priced on, so it says nothing of the host's speed."""

@@ -16,14 +16,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..errors import HostProbeError
 from .host_probe import CONFIG_FIELDS, PROBE_SCHEMA
 
 HOST_SCALE_RANGE = (0.1, 10.0)     # the scales a probe resolves; beyond, the step is not host-paced
 SCALE_GRID_POINTS = 61
-
-
-class HostProbeError(ValueError):
-    """A probe record that cannot be read, or a step the profile cannot price as host-paced."""
 
 
 @dataclass(frozen=True)

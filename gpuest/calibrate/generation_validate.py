@@ -17,8 +17,9 @@ hf:llama-3b), a Qwen2-style GQA model (hf:qwen2-0.5b) and GPT-2 (hf:gpt2). One J
             generate()'s own Python work
 Each row has wall time per call (CUDA events, synchronised; median), device-busy time (torch.profiler:
 union of GPU kernels, memcpys and memsets), energy and average power (NVML energy counter over a >= 2 s
-window), a host probe taken just before it (`host_probe`: gpuest.calibrate.host_probe, so the report can
-price the row on the host that ran it; --no-host-probe leaves it out) and provenance (GPU, driver, CUDA,
+window), host probes taken just before and just after it (`host_probe`, `host_probe_after`:
+gpuest.calibrate.host_probe, so the report can price the row on the host that ran it; --no-host-probe leaves
+them out) and provenance (GPU, driver, CUDA,
 cuDNN, torch, transformers, date, command, git commit).
 Configs run in tiers (every model's core configs before any model's extended grid) until --budget-s
 would be exceeded; the file is appended to and --resume (default) skips configs already in it.
@@ -297,6 +298,8 @@ def run(out: Path, budget_s: float, *, dry_run: bool = False, resume: bool = Tru
                     probe = probe or HostProbe(ctx.device)
                     row["host_probe"] = probe.measure()
                 row.update(measure(cfg, ctx, models, per_op=per_op))
+                if probe is not None and row["status"] == "ok":
+                    row["host_probe_after"] = probe.measure()
             except Exception as exc:  # noqa: BLE001 - record and go on
                 row.update(status="error", error=f"{type(exc).__name__}: {exc}"[:2000],
                            traceback="".join(traceback.format_exception(exc))[-3000:])

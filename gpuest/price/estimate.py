@@ -344,6 +344,8 @@ def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = 
         notes.append(choice.power_note)
     if power is not None and len(table):
         notes += _power_limit_notes(table, spec, times, power, clocks, limit_w)
+    if host_scale != 1.0:
+        notes.append(f"host costs x {host_scale:g} (host_scale) against the {choice.profile.gpu} profile's hosts")
     memory, routing, graph_notes = _graph_notes(graph, spec)
     notes += graph_notes
 

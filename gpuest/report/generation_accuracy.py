@@ -8,8 +8,9 @@ a decode or prefill row as the same greedy loop iteration (`capture.generation.t
 wall time and energy per call are summarised per kind, model family and GPU, against the aims of issue 29
 (decode-step device time <= 10 % MAPE, generate() wall time <= 15 %). Wall time and energy are priced twice:
 with the profile's host costs as calibrated, and on the host that measured the row, at the host_scale of the
-host probe taken just before it (`host_probe`, gpuest.calibrate.fit_host_scale), as a user prices their host
-after `gpuest host-probe`; rows measured without a probe have no such prediction.
+host probes taken just before and just after it (`host_probe`, `host_probe_after`: the geometric mean of their
+scales, gpuest.calibrate.fit_host_scale), as a user prices their host after `gpuest host-probe`; rows measured
+without a probe have no such prediction.
 """
 from __future__ import annotations
 
@@ -31,21 +32,75 @@ QUANTITIES = {"device": ("device_busy_s", "device-busy time"), "wall": ("wall_s"
               "energy_host": ("energy_j", "energy (host probe)")}
 
 
+AFTER_PROBE_GAP_S = 30.0   # longest pause between a row's end and the next row's probe (a model's rebuild)
+
+
+def _with_after_probes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of one file in measured order, each probed row given the host probe taken right after it
+    (`host_probe_after`): its own if it recorded one, else the next row's when that row started within
+    AFTER_PROBE_GAP_S of this one's end (the same run; its probe ran before anything else)."""
+    out = []
+    for row, nxt in zip(rows, rows[1:] + [None]):
+        if (row.get("host_probe") and not row.get("host_probe_after") and nxt and nxt.get("host_probe")
+                and row.get("date") and nxt.get("date")):
+            gap = (_dt.datetime.fromisoformat(nxt["date"]) - _dt.datetime.fromisoformat(row["date"])).total_seconds()
+            # dates are whole seconds
+            if -1.0 <= gap - float(row.get("elapsed_s") or 0.0) <= AFTER_PROBE_GAP_S:
+                row = dict(row, host_probe_after=nxt["host_probe"])
+        out.append(row)
+    return out
+
+
 def latest_rows(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """Usable rows, the last of each (config, GPU)."""
+    """Usable rows, the last of each (config, GPU), with their probes after (_with_after_probes)."""
     last: dict[tuple[str, str], dict[str, Any]] = {}
     for path in paths:
-        for row in read_jsonl(path):
+        for row in _with_after_probes(list(read_jsonl(path))):
             if row.get("status") == "ok" and not row.get("dry_run"):
                 last[(row["key"], str(row.get("gpu")))] = row
     return list(last.values())
+
+
+def host_scale_of(row: dict[str, Any], gpu: str) -> float:
+    """The host_scale of the host that measured `row` (gpuest.calibrate.fit_host_scale): the geometric mean
+    of the probes before and after it, or the one before where none followed; NaN without a probe."""
+    from ..calibrate.fit_host_scale import probe_host_scale
+    probes = [row[k] for k in ("host_probe", "host_probe_after") if row.get(k)]
+    if not probes:
+        return float("nan")
+    return float(np.exp(np.mean([np.log(probe_host_scale(p, gpu).host_scale) for p in probes])))
+
+
+def repeat_spreads(paths: Iterable[Path], kind: str = "generate") -> pd.DataFrame:
+    """Configs of `kind` measured more than once on one GPU (every usable row, not only the last): per config
+    the number of runs and the spread max/min - 1 of wall time and of device-busy time, the floor below which
+    no prediction of one run can be checked. Only generate() rows by default: decode rows were re-measured
+    after their protocol changed (the cache restored to contiguous tensors), so their runs differ in what
+    they timed."""
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for path in paths:
+        for row in read_jsonl(path):
+            if row.get("status") == "ok" and not row.get("dry_run") and row.get("kind") == kind:
+                runs.setdefault((row["key"], str(row.get("gpu_canonical") or row.get("gpu"))), []).append(row)
+    out = []
+    for (key, gpu), rows in runs.items():
+        if len(rows) < 2:
+            continue
+        r0 = rows[0]
+        rec = {"key": key, "kind": r0["kind"], "model": r0["model"], "batch": r0["batch"], "prompt": r0["prompt"],
+               "new_tokens": r0["new_tokens"], "gpu": gpu, "runs": len(rows)}
+        for q in ("wall", "device"):
+            v = np.array([float(r[QUANTITIES[q][0]]) for r in rows])
+            rec[f"{q}_min_s"], rec[f"{q}_max_s"] = float(v.min()), float(v.max())
+            rec[f"{q}_spread"] = float(v.max() / v.min() - 1) * 100
+        out.append(rec)
+    return pd.DataFrame(out)
 
 
 def predict(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """One record per row: measured and predicted device time, wall time and energy (s, J)."""
     from ..capture.generation import decoder_facts, trace_step
     from ..capture.models import load_model
-    from ..calibrate.fit_host_scale import probe_host_scale
     from ..price.estimate import estimate_graph
     from ..price.generation import price_generation, trace_generation
     built: dict[str, Any] = {}
@@ -71,7 +126,7 @@ def predict(rows: list[dict[str, Any]]) -> pd.DataFrame:
             def price(scale: float) -> Any:
                 return estimate_graph(g, gpu, warn=False, host_scale=scale)
         est = price(1.0)
-        scale = probe_host_scale(row["host_probe"], gpu).host_scale if row.get("host_probe") else float("nan")
+        scale = host_scale_of(row, gpu)
         on_host = price(scale) if scale == scale else None
         pred = {"device": est.device_time_s, "wall": est.time_s, "energy": est.energy_j,
                 "wall_host": on_host.time_s if on_host else float("nan"),
@@ -106,7 +161,7 @@ def _ms(v: float) -> str:
     return "-" if v != v else f"{v * 1e3:.3f}"
 
 
-def render(df: pd.DataFrame, sources: list[str], command: str) -> str:
+def render(df: pd.DataFrame, sources: list[str], command: str, repeats: pd.DataFrame | None = None) -> str:
     lines = ["# LLM inference accuracy", "",
              f"Regenerated by `{command}` on {_dt.date.today().isoformat()} from "
              + ", ".join(f"`{s}`" for s in sources) + f" ({len(df)} measured configs).", ""]
@@ -129,7 +184,8 @@ def render(df: pd.DataFrame, sources: list[str], command: str) -> str:
     gen = df[df["kind"] == "generate"]
     if not gen.empty:
         lines += ["## generate() calls", "",
-                  "Times in ms. `host scale`: of the host probe taken just before the row (`-`: none was). "
+                  "Times in ms. `host scale`: of the host probes taken just before and after the row "
+                  "(`-`: none was). "
                   "`python/step`: measured generate() minus the same steps as a plain loop, per token "
                   "(the estimate's `generate_step` host cost stands for it).", ""]
         lines += [_md(["model", "GPU", "batch", "prompt", "new", "wall", "pred wall", "host scale",
@@ -137,6 +193,20 @@ def render(df: pd.DataFrame, sources: list[str], command: str) -> str:
                       [[r.model, r.gpu, r.batch, r.prompt, r.new_tokens, _ms(r.meas_wall), _ms(r.pred_wall),
                         _scale(r.host_scale), _ms(r.pred_wall_host), _ms(r.meas_device), _ms(r.pred_device),
                         _ms(r.python_per_step_s or np.nan)] for r in gen.itertuples()]), ""]
+    if repeats is not None and not repeats.empty:
+        lines += ["## Run-to-run spread of generate() calls", "",
+                  "Configs measured in more than one run (same code and protocol; runs minutes to days apart, each "
+                  "on the host its machine came with): spread = largest / smallest - 1 of the runs' medians, times in "
+                  "ms. The accuracy above uses each config's last run.", ""]
+        summary = [[kind, gpu, len(sub), _pct(float(sub["device_spread"].median())),
+                    _pct(float(sub["device_spread"].max())), _pct(float(sub["wall_spread"].median())),
+                    _pct(float(sub["wall_spread"].max()))] for (kind, gpu), sub in repeats.groupby(["kind", "gpu"])]
+        lines += [_md(["kind", "GPU", "configs", "busy spread median", "busy spread max", "wall spread median",
+                       "wall spread max"], summary), ""]
+        lines += [_md(["model", "GPU", "batch", "prompt", "new", "runs", "wall min", "wall max", "busy min",
+                       "busy max"],
+                      [[r.model, r.gpu, r.batch, r.prompt, r.new_tokens, r.runs, _ms(r.wall_min_s), _ms(r.wall_max_s),
+                        _ms(r.device_min_s), _ms(r.device_max_s)] for r in repeats.itertuples()]), ""]
     dec = df[df["kind"] != "generate"]
     if not dec.empty:
         lines += ["## Decode steps and prefills", "", "Times in ms.", ""]
@@ -155,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     command = "python3 -m gpuest.report.generation_accuracy " + " ".join(map(str, args.results)) + f" -o {args.out}"
     df = predict(latest_rows(args.results))
-    args.out.write_text(render(df, [str(s) for s in args.results], command))
+    args.out.write_text(render(df, [str(s) for s in args.results], command, repeat_spreads(args.results)))
     print(f"wrote {args.out} ({len(df)} configs)")
     return 0
 
