@@ -19,8 +19,7 @@ Each row has wall time per call (CUDA events, synchronised; median), device-busy
 union of GPU kernels, memcpys and memsets), energy and average power (NVML energy counter over a >= 2 s
 window), host probes taken just before and just after it (`host_probe`, `host_probe_after`:
 gpuest.calibrate.host_probe, so the report can price the row on the host that ran it; --no-host-probe leaves
-them out) and provenance (GPU, driver, CUDA,
-cuDNN, torch, transformers, date, command, git commit).
+them out) and provenance (GPU, driver, CUDA, cuDNN, torch, transformers, date, command, git commit).
 Configs run in tiers (every model's core configs before any model's extended grid) until --budget-s
 would be exceeded; the file is appended to and --resume (default) skips configs already in it.
 Nothing here changes clocks, power limits or any other GPU setting.
@@ -333,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window-s", type=float, default=2.0, help="energy window in s (default 2)")
     p.add_argument("--dry-run", action="store_true", help="three tiny configs on the CPU (no CUDA, no NVML)")
     p.add_argument("--no-host-probe", dest="host_probe", action="store_false",
-                   help="do not time the host probe before each config")
+                   help="do not time the host probes before and after each config")
     args = p.parse_args(argv)
     if args.list:
         print("\n".join(c.key for c in configs(args.dry_run)))

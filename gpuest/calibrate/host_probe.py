@@ -4,7 +4,7 @@ The wall time of a host-bound step follows the CPU that dispatches its ops (up t
 one cloud GPU type), and a profile's host costs are those of the hosts it was calibrated on. A probe record
 (PROBE_SCHEMA) holds the median wall time of each of PROBE_CONFIGS, small-batch steps of the validation set's
 host probes; `gpuest.calibrate.fit_host_scale` turns it into the `host_scale` that prices this host.
-`gpuest.calibrate.generation_validate` takes a probe before every config it measures.
+`gpuest.calibrate.generation_validate` takes a probe before and after every config it measures.
 """
 from __future__ import annotations
 
