@@ -165,7 +165,7 @@ def cmd_host_probe(args: argparse.Namespace) -> int:
         record = HostProbe("cuda").measure()
         if args.output:
             Path(args.output).write_text(json.dumps(record, indent=1) + "\n")
-    scale = probe_host_scale(record, args.gpu)
+    scale = probe_host_scale(record, args.gpu, args.profile)
     print(json.dumps({"gpu": scale.gpu, "host_scale": scale.host_scale}) if args.json else scale)
     return 0
 
@@ -312,6 +312,7 @@ def _host_probe_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", required=True, help="the GPU whose profile the scale is for (the one you will price)")
     p.add_argument("-o", "--output", default=None, help="also save the measured probe record (JSON)")
     p.add_argument("--from", dest="from_file", default=None, help="price a saved probe record instead of measuring")
+    p.add_argument("--profile", default=None, help="profile JSON the scale is for (default: the GPU's, as estimate)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 

@@ -139,3 +139,10 @@ def test_a_rows_after_probe_is_the_next_rows_probe_of_the_same_run(tmp_path):
     assert host_scale_of(got["a"], "H100") == pytest.approx(1.0, rel=0.02)   # sqrt(2 * 0.5)
     assert host_scale_of(got["b"], "H100") == pytest.approx(0.5, rel=0.02)
     assert np.isnan(host_scale_of(dict(base), "H100"))
+
+
+def test_the_scale_is_for_the_profile_asked(tmp_path):
+    """One host, two profiles: against the prior's host costs the same probe gives another scale."""
+    record = _record_at(2.0, "H100-SXM")
+    own, prior = (probe_host_scale(record, "H100", p).host_scale for p in (None, "prior"))
+    assert own == pytest.approx(2.0, rel=0.02) and abs(prior / own - 1) > 0.05

@@ -60,21 +60,24 @@ def _config_key(config: Mapping[str, Any]) -> tuple:
 
 
 @lru_cache(maxsize=None)
-def _curve(config: tuple, gpu: str) -> tuple[np.ndarray, np.ndarray]:
-    """(scales, predicted wall s) of a probe step on `gpu`'s own profile over the log-spaced scale grid."""
+def _curve(config: tuple, gpu: str, profile: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(scales, predicted wall s) of a probe step on `gpu` with `profile` (a path or name as `estimate` takes;
+    None: the GPU's own) over the log-spaced scale grid."""
     from ..evaluate.accuracy import trace_config
     from ..price.estimate import estimate_graph
     model, batch, seq, image_size, mode, precision, memory_format = config
     graph = trace_config(model, batch, seq, image_size, mode, precision, memory_format=memory_format)
     scales = np.geomspace(*HOST_SCALE_RANGE, SCALE_GRID_POINTS)
-    walls = np.array([estimate_graph(graph, gpu, warn=False, host_scale=float(s)).time_s for s in scales])
+    walls = np.array([estimate_graph(graph, gpu, warn=False, profile=profile, host_scale=float(s)).time_s
+                      for s in scales])
     return scales, np.maximum.accumulate(walls)
 
 
-def probe_host_scale(probe: Mapping[str, Any], gpu: str) -> HostScale:
-    """The host_scale at which `gpu`'s calibrated profile reproduces the probe's measured steps (module
-    docstring). Raises HostProbeError for a record of another schema, without steps, or with a step whose
-    estimate does not grow with the host's speed (not host-paced on this GPU)."""
+def probe_host_scale(probe: Mapping[str, Any], gpu: str, profile: str | None = None) -> HostScale:
+    """The host_scale at which `gpu`'s profile (`profile`, a path or name as `estimate` takes; None: the one
+    `estimate` would choose) reproduces the probe's measured steps (module docstring). Raises HostProbeError
+    for a record of another schema, without steps, or with a step whose estimate does not grow with the
+    host's speed (not host-paced on this GPU)."""
     from ..catalog import get_gpu
     if not isinstance(probe, Mapping) or probe.get("schema") != PROBE_SCHEMA:
         got = probe.get("schema") if isinstance(probe, Mapping) else type(probe).__name__
@@ -90,7 +93,7 @@ def probe_host_scale(probe: Mapping[str, Any], gpu: str) -> HostScale:
         measured = float(step.get("wall_s") or float("nan"))
         if not measured > 0:
             raise HostProbeError(f"probe step {key[0]} has wall_s {step.get('wall_s')!r}; accepted: seconds > 0")
-        scales, walls = _curve(key, name)
+        scales, walls = _curve(key, name, None if profile is None else str(profile))
         if not walls[-1] > walls[0] * 1.5:
             raise HostProbeError(f"probe step {key[0]} is not host-paced on {name} (its estimate moves from "
                                  f"{walls[0] * 1e3:.3f} to {walls[-1] * 1e3:.3f} ms over host scales "
