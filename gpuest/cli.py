@@ -157,12 +157,17 @@ def cmd_host_probe(args: argparse.Namespace) -> int:
                                  "`gpuest host-probe -o`") from exc
     else:
         import torch
+        if args.repeats < 1:
+            raise ValueError(f"--repeats must be >= 1, got {args.repeats}; accepted: 1 or more")
         if not torch.cuda.is_available():
             raise HostProbeError("gpuest host-probe times small steps on this machine's GPU, and "
                                  "torch.cuda.is_available() is False; accepted: run it where the GPU is, or "
                                  "price a saved record with --from FILE")
         from .calibrate.host_probe import HostProbe
-        record = HostProbe("cuda").measure()
+        probe = HostProbe("cuda")
+        # a host's speed drifts over seconds to minutes: one record of every repeat's steps, averaged
+        records = [probe.measure() for _ in range(args.repeats)]
+        record = dict(records[0], steps=[step for r in records for step in r["steps"]])
         if args.output:
             Path(args.output).write_text(json.dumps(record, indent=1) + "\n")
     scale = probe_host_scale(record, args.gpu, args.profile)
@@ -312,6 +317,7 @@ def _host_probe_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", required=True, help="the GPU whose profile the scale is for (the one you will price)")
     p.add_argument("-o", "--output", default=None, help="also save the measured probe record (JSON)")
     p.add_argument("--from", dest="from_file", default=None, help="price a saved probe record instead of measuring")
+    p.add_argument("--repeats", type=int, default=5, help="probes taken one after another, averaged (default 5)")
     p.add_argument("--profile", default=None, help="profile JSON the scale is for (default: the GPU's, as estimate)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 

@@ -146,3 +146,8 @@ def test_the_scale_is_for_the_profile_asked(tmp_path):
     record = _record_at(2.0, "H100-SXM")
     own, prior = (probe_host_scale(record, "H100", p).host_scale for p in (None, "prior"))
     assert own == pytest.approx(2.0, rel=0.02) and abs(prior / own - 1) > 0.05
+
+
+def test_cli_refuses_fewer_than_one_repeat(capsys):
+    assert main(["host-probe", "--gpu", "H100", "--repeats", "0"]) == 2
+    assert "--repeats must be >= 1" in capsys.readouterr().err
