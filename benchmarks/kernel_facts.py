@@ -609,6 +609,22 @@ def fp32_prefill_gemms() -> str:
     return f"H100 fp32 GEMMs, share of peak: prefill-sized {share(prefill)}, weight gradients {share(grads)}"
 
 
+def l2_warm_savings(gpu: str) -> str:
+    """Per op of the L2 reuse probe (data/kernels/<gpu>-l2-reuse.jsonl, benchmarks/l2_reuse_probe.py): warm over
+    cold time of tensors over 4 MB and at most L2_ABSORBED_SHARE of L2, and the share of a DRAM byte's time
+    each warm byte saves (half the bytes of a ReLU or scalar multiply are its warm input)."""
+    from gpuest.price.device_time import L2_ABSORBED_SHARE
+    rows = _kernel_records(f"{gpu}-l2-reuse")
+    by_op: dict[str, list[float]] = {}
+    for r in rows:
+        if "op" in r and 4 < r["tensor_mb"] <= L2_ABSORBED_SHARE * r["l2_mb"]:
+            by_op.setdefault(r["op"], []).append(r["warm_over_cold"])
+    return (f"{gpu} L2 reuse, warm over cold time (tensors over 4 MB, up to {L2_ABSORBED_SHARE:g} of L2) and "
+            "the saving per warm byte: "
+            + "; ".join(f"{op} {min(v):.2f}-{max(v):.2f}, {2 * (1 - statistics.mean(v)):.2f}"
+                        for op, v in sorted(by_op.items()) if op != "add_self"))
+
+
 def main() -> None:
     for gpu in GPUS:
         rows = _rows(gpu)
@@ -634,6 +650,8 @@ def main() -> None:
     print(per_op_totals())
     print(conv_workspaces())
     print(rnn_reserves())
+    for gpu in GPUS:
+        print(l2_warm_savings(gpu))
 
 
 if __name__ == "__main__":

@@ -62,6 +62,13 @@ QUEUED_KERNEL_GAP_S = 9.0e-7
 RESIDUAL_CLIP = (0.0, np.log(500.0))
 EXTRAPOLATION_TOL = 1e-6              # feature units / log time by which clipping counts as extrapolating
 L2_ABSORBED_SHARE = 0.5
+# The suite times every op on DRAM-cold inputs; in a network an elementwise op often reads what the kernel
+# right before it wrote, and an output of at most L2_ABSORBED_SHARE of L2 is still there. Each such byte saves
+# this share of a DRAM byte's time (data/kernels/H100-SXM-l2-reuse.jsonl, 8-24 MB tensors: a warm in-place ReLU
+# takes 0.63-0.71 of its cold time with half its bytes warm, a warm scalar multiply 0.77-0.90; the H200's give
+# 0.48 and 0.29, the H100's are kept; python3 benchmarks/kernel_facts.py prints both).
+L2_WARM_SAVING = {"in_place": 0.69, "out_of_place": 0.34}
+L2_WARM_CATEGORIES = ("elementwise",)   # the ops the probe measured
 
 
 def resident_threads(gpu: GPUSpec) -> float:
@@ -178,6 +185,17 @@ def dram_floor_s(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
     but an output small enough to stay in L2 (L2_ABSORBED_SHARE of it)."""
     absorbed = table.bytes_written <= gpu.l2_cache_bytes * L2_ABSORBED_SHARE
     return np.where(absorbed, table.bytes - table.bytes_written, table.bytes) / gpu.memory_bandwidth_bytes_per_s
+
+
+def l2_warm_factor(table: NodeTable, gpu: GPUSpec, memory_bound: np.ndarray) -> np.ndarray:
+    """Per node, the share of its DRAM-cold time it keeps when the kernel right before it left what it
+    reads in L2 (L2_WARM_SAVING): memory-bound elementwise nodes whose producer wrote at most
+    L2_ABSORBED_SHARE of the L2 cache; 1 elsewhere."""
+    hit = (memory_bound & np.isin(table.category, L2_WARM_CATEGORIES) & (table.warm_read_bytes > 0)
+           & (table.warm_producer_bytes <= gpu.l2_cache_bytes * L2_ABSORBED_SHARE))
+    per_byte = np.where(table.in_place, L2_WARM_SAVING["in_place"], L2_WARM_SAVING["out_of_place"])
+    warm_share = np.divide(table.warm_read_bytes, table.bytes, out=np.zeros(len(table)), where=table.bytes > 0)
+    return np.where(hit, 1.0 - per_byte * warm_share, 1.0)
 
 
 def log_floor(compute_s: np.ndarray, dram_s: np.ndarray, roofline_s: np.ndarray) -> np.ndarray:
@@ -430,7 +448,7 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     latency = np.where(active, kernels * lat_per_kernel + table.host_syncs * sync_s
                        + persistent_step_time_s(table, grid_s, step_s, spilled_s)
                        + dependent_update_time_s(table), 0.0)
-    corrected = np.where(active, roof * np.exp(log_eff), 0.0)
+    corrected = np.where(active, roof * np.exp(log_eff) * l2_warm_factor(table, gpu, memory > compute), 0.0)
     device = latency + corrected
     # Per kernel, busy time keeps at least the queued latency less the gap (a graph launch's shorter one stays).
     # Only latency-bound nodes: a longer kernel's tail overlaps its successor's start, so its gap hides (taken

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import weakref
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any, Iterable, Mapping
 
 import networkx as nx
@@ -63,6 +63,11 @@ class NodeTable:
     module_calls: np.ndarray  # Python nn.Module calls dispatched just before this node
     autocast: np.ndarray      # bool: dispatched with autocast on (mixed precision forward)
     staged: np.ndarray        # bool: a copy an op makes of its own input inside its C++ call (staged_for)
+    in_place: np.ndarray      # bool: writes into its own input (ATen's trailing-underscore ops)
+    # Bytes of its reads that the kernel right before it wrote, and that kernel's bytes written: the graph's
+    # producer-consumer adjacency (warm_reads); 0 in tables of separate rows (the calibration's benchmarks).
+    warm_read_bytes: np.ndarray
+    warm_producer_bytes: np.ndarray
 
     def __len__(self) -> int:
         return len(self.op)
@@ -102,11 +107,45 @@ class NodeTable:
             module_calls=np.asarray(col("module_calls", 0), dtype=float),
             autocast=np.asarray(col("autocast", False), dtype=bool),
             staged=np.asarray([bool(r.get("staged_for")) for r in rows], dtype=bool),
+            in_place=np.asarray([is_in_place(str(r.get("op", ""))) for r in rows], dtype=bool),
+            warm_read_bytes=np.zeros(len(rows)), warm_producer_bytes=np.zeros(len(rows)),
             **from_cost,
         )
 
 
 TABLE_COLUMNS = frozenset(f.name for f in fields(NodeTable))
+
+
+def is_in_place(op: str) -> bool:
+    """Whether an ATen op ("aten.relu_.default") is an in-place variant: its name ends in one underscore."""
+    parts = op.split(".")
+    name = parts[1] if len(parts) > 2 else parts[-1]
+    return name.endswith("_") and not name.endswith("__")
+
+
+def warm_reads(graph: nx.DiGraph, order: list[Any], table: NodeTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per node of `table` (graph nodes `order`): the bytes it reads that the kernel right before it wrote
+    (at most what that kernel wrote), and that kernel's bytes written; 0 where the kernel before it is not
+    among its producers. Producers are looked through metadata-only nodes (views) to the kernels behind them."""
+    pos = {n: i for i, n in enumerate(order)}
+    kernel = ~(table.free | table.host_only)
+    producers: dict[Any, frozenset[int]] = {}
+    for n in order:   # execution order: every producer is resolved before its consumers
+        found: set[int] = set()
+        for src in graph.predecessors(n):
+            found |= {pos[src]} if kernel[pos[src]] else producers.get(src, frozenset())
+        producers[n] = frozenset(found)
+    warm, written = np.zeros(len(order)), np.zeros(len(order))
+    reads = table.bytes - table.bytes_written
+    previous = -1
+    for i, n in enumerate(order):
+        if not kernel[i]:
+            continue
+        if previous in producers[n]:
+            warm[i] = min(table.bytes_written[previous], reads[i])
+            written[i] = table.bytes_written[previous]
+        previous = i
+    return warm, written
 
 
 # cuDNN runs a grouped convolution with fewer output channels per group than a tensor-core MMA is wide
@@ -153,5 +192,7 @@ def node_table(graph: nx.DiGraph) -> NodeTable:
         return cached[1]
     items = sorted(graph.nodes(data=True), key=lambda kv: kv[1].get("order", 0))
     table = NodeTable.from_records((d for _, d in items), (n for n, _ in items))
+    warm, written = warm_reads(graph, [n for n, _ in items], table)
+    table = replace(table, warm_read_bytes=warm, warm_producer_bytes=written)
     _CACHE[graph] = (graph.number_of_nodes(), table)
     return table
