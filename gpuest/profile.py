@@ -57,12 +57,18 @@ def op_keys(op: str, mode: str) -> tuple[str, ...]:
     keys = (mode_key(op, mode), op)
     if op.endswith("]") and VARIANT_OPEN in op:
         return keys + op_keys(op[:op.index(VARIANT_OPEN)], mode)
-    namespace, _, rest = op.partition(".")
-    name, dot, overload = rest.partition(".")
-    if name.endswith("_") and not name.endswith("__") and len(name) > 1:
+    if is_in_place(op):
+        namespace, _, rest = op.partition(".")
+        name, dot, overload = rest.partition(".")
         functional = f"{namespace}.{name[:-1]}{dot}{overload}"
         keys += (mode_key(functional, mode), functional)
     return keys
+
+
+def is_in_place(op: str) -> bool:
+    """Whether an ATen op ("aten.relu_.default") is an in-place variant: its name ends in one underscore."""
+    name = op.partition(".")[2].partition(".")[0]
+    return name.endswith("_") and not name.endswith("__") and len(name) > 1
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ import torch
 import gpuest
 from gpuest.catalog import get_gpu
 from gpuest.price.device_time import L2_ABSORBED_SHARE, L2_WARM_SAVING, l2_warm_factor
-from gpuest.price.node_table import is_in_place, node_table
+from gpuest.price.node_table import node_table
+from gpuest.profile import is_in_place
 
 
 def _block(channels: int, size: int) -> torch.nn.Module:

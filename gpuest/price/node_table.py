@@ -11,7 +11,7 @@ import numpy as np
 from ..annotate.registry import CATEGORIES, TENSOR_CORE_CATEGORIES, Cost
 from ..capture.trace import GRAPH_SCHEMA
 from ..errors import GraphNotAnnotatedError
-from ..profile import variant_op
+from ..profile import is_in_place, variant_op
 from .arrays import map_values
 
 REQUIRED_NODE_ATTRS = ("op", "category", "phase", "flops", "bytes_read", "bytes_written", "math_mode",
@@ -116,13 +116,6 @@ class NodeTable:
 TABLE_COLUMNS = frozenset(f.name for f in fields(NodeTable))
 
 
-def is_in_place(op: str) -> bool:
-    """Whether an ATen op ("aten.relu_.default") is an in-place variant: its name ends in one underscore."""
-    parts = op.split(".")
-    name = parts[1] if len(parts) > 2 else parts[-1]
-    return name.endswith("_") and not name.endswith("__")
-
-
 def warm_reads(graph: nx.DiGraph, order: list[Any], table: NodeTable) -> tuple[np.ndarray, np.ndarray]:
     """Per node of `table` (graph nodes `order`): the bytes it reads that the kernel right before it wrote
     (at most what that kernel wrote), and that kernel's bytes written; 0 where the kernel before it is not
@@ -130,15 +123,12 @@ def warm_reads(graph: nx.DiGraph, order: list[Any], table: NodeTable) -> tuple[n
     pos = {n: i for i, n in enumerate(order)}
     kernel = ~(table.free | table.host_only)
     producers: dict[Any, frozenset[int]] = {}
-    for n in order:   # execution order: every producer is resolved before its consumers
-        found: set[int] = set()
-        for src in graph.predecessors(n):
-            found |= {pos[src]} if kernel[pos[src]] else producers.get(src, frozenset())
-        producers[n] = frozenset(found)
     warm, written = np.zeros(len(order)), np.zeros(len(order))
     reads = table.bytes - table.bytes_written
     previous = -1
-    for i, n in enumerate(order):
+    for i, n in enumerate(order):   # execution order: every producer is resolved before its consumers
+        producers[n] = frozenset().union(*({pos[src]} if kernel[pos[src]] else producers.get(src, frozenset())
+                                           for src in graph.predecessors(n)))
         if not kernel[i]:
             continue
         if previous in producers[n]:
