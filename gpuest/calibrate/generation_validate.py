@@ -29,8 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
-import math
-import statistics
 import sys
 import time
 import traceback
@@ -42,6 +40,7 @@ import torch
 
 from .host_probe import HostProbe
 from .validate import RunContext, _append, _Timer, measure_energy, profile_iterations, read_rows
+from .validate_measure import time_calls as timed_calls
 
 ROW_SCHEMA = "gpuest.generation/1"
 PRECISION = "bf16"
@@ -213,17 +212,7 @@ def _loop(step: Any, ids: torch.Tensor, n: int, config: Any, device: torch.devic
 
 def time_calls(fn: Callable[[], Any], timer: _Timer) -> dict[str, float]:
     """Warm up, then median wall time per call (CUDA events, synchronised after each)."""
-    t0 = time.perf_counter()
-    warm = 0
-    while warm < 2 or (time.perf_counter() - t0 < 0.3 and warm < 20):
-        fn()
-        timer.sync()
-        warm += 1
-    guess = (time.perf_counter() - t0) / warm
-    n = int(min(MAX_ITERS, max(MIN_ITERS, math.ceil(TIMING_TARGET_S / max(guess, 1e-6)))))
-    ev, host = timer.time_iters(fn, n)
-    return {"wall_s": statistics.median(ev), "wall_p10_s": sorted(ev)[len(ev) // 10],
-            "wall_p90_s": sorted(ev)[(9 * len(ev)) // 10], "wall_host_s": statistics.median(host), "wall_iters": n}
+    return timed_calls(fn, timer, target_s=TIMING_TARGET_S, min_iters=MIN_ITERS, max_iters=MAX_ITERS, warm_s=0.3)
 
 
 def measure(cfg: GenConfig, ctx: RunContext, models: Models, per_op: bool = False) -> dict[str, Any]:

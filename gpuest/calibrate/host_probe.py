@@ -9,10 +9,7 @@ host probes; `gpuest.calibrate.fit_host_scale` turns it into the `host_scale` th
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import platform
-import statistics
-import time
 from typing import Any, Callable
 
 PROBE_SCHEMA = "gpuest.host_probe/1"
@@ -52,18 +49,13 @@ class HostProbe:
             self._steps.append(make_step(loaded, cfg, self.device)[0])
 
     def measure(self) -> dict[str, Any]:
+        from .validate_measure import time_calls
         """A probe record (PROBE_SCHEMA): per step its config and median wall time per call (s)."""
         steps = []
         for cfg, step in zip(self.configs, self._steps):
-            t0, warm = time.perf_counter(), 0
-            while warm < 2 or (time.perf_counter() - t0 < 0.1 and warm < 20):
-                step()
-                self._timer.sync()
-                warm += 1
-            guess = (time.perf_counter() - t0) / warm
-            n = int(min(PROBE_MAX_ITERS, max(PROBE_MIN_ITERS, math.ceil(PROBE_TARGET_S / max(guess, 1e-6)))))
-            times, _ = self._timer.time_iters(step, n)
-            steps.append({"config": {f: getattr(cfg, f) for f in CONFIG_FIELDS}, "wall_s": statistics.median(times),
-                          "iters": n})
+            timed = time_calls(step, self._timer, target_s=PROBE_TARGET_S, min_iters=PROBE_MIN_ITERS,
+                               max_iters=PROBE_MAX_ITERS, warm_s=0.1)
+            steps.append({"config": {f: getattr(cfg, f) for f in CONFIG_FIELDS}, "wall_s": timed["wall_s"],
+                          "iters": timed["wall_iters"]})
         return {"schema": PROBE_SCHEMA, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "device": str(self.device), "cpu": platform.processor() or platform.machine(), "steps": steps}

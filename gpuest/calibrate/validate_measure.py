@@ -114,6 +114,24 @@ class _Timer:
         return ev, host
 
 
+def time_calls(fn: Callable[[], Any], timer: _Timer, *, target_s: float, min_iters: int, max_iters: int,
+               warm_s: float) -> dict[str, float]:
+    """Warm up (at least 2 calls, up to 20 within `warm_s` s), then time enough synchronised calls to fill
+    `target_s` s, within [min_iters, max_iters]: median, p10 and p90 wall time per call (s, CUDA events), the
+    host's median and the count."""
+    t0 = time.perf_counter()
+    warm = 0
+    while warm < 2 or (time.perf_counter() - t0 < warm_s and warm < 20):
+        fn()
+        timer.sync()
+        warm += 1
+    guess = (time.perf_counter() - t0) / warm
+    n = int(min(max_iters, max(min_iters, math.ceil(target_s / max(guess, 1e-6)))))
+    ev, host = timer.time_iters(fn, n)
+    return {"wall_s": statistics.median(ev), "wall_p10_s": sorted(ev)[len(ev) // 10],
+            "wall_p90_s": sorted(ev)[(9 * len(ev)) // 10], "wall_host_s": statistics.median(host), "wall_iters": n}
+
+
 def _percentile(values: list[float], q: float) -> float:
     s = sorted(values)
     if not s:
