@@ -93,7 +93,7 @@ def test_report_prices_a_probed_row_on_its_host(tmp_path):
     graphs = trace_generation("hf:llama", batch=1, prompt_tokens=16, new_tokens=4)
     slow = price_generation(graphs, "H100", host_scale=2.0)
     row = dict(base, device_busy_s=slow.device_time_s, wall_s=slow.time_s, energy_j=slow.energy_j,
-               host_probe=_record_at(2.0, "H100-SXM"))
+               host_probe=_record_at(2.0, "H100-SXM"), date="2999-01-01T00:00:00+00:00")
     path = tmp_path / "gen.jsonl"
     path.write_text(json.dumps(dict(row, wall_s=slow.time_s * 1.5)) + "\n" + json.dumps(row) + "\n")
     df = predict(latest_rows([path]))
@@ -105,6 +105,9 @@ def test_report_prices_a_probed_row_on_its_host(tmp_path):
     text = render(df, [str(path)], "cmd", repeats)
     assert "| generate() wall time on the measuring host (host probe) | 1 |" in text
     assert "## Run-to-run spread of generate() calls" in text
+    from gpuest.report.generation_accuracy import HOST_PAIRING_CHOSEN_ON
+    assert f"The 1 measured after it ({HOST_PAIRING_CHOSEN_ON} on): " in text   # scored out of sample
+    assert "No row was measured after it." in render(df.assign(date="2000-01-01"), [str(path)], "cmd", repeats)
 
 
 def test_cli_prices_a_saved_record_and_refuses_without_a_gpu(tmp_path, capsys):
