@@ -625,6 +625,28 @@ def l2_warm_savings(gpu: str) -> str:
                         for op, v in sorted(by_op.items()) if op != "add_self"))
 
 
+def misaligned_gemms(gpu: str) -> str:
+    """The misaligned-GEMM probe (data/kernels/<gpu>-misaligned-gemms.jsonl, benchmarks/misaligned_gemm_probe.py):
+    per math mode and the alignment in bytes of the misaligned width's rows (the largest power of two up to 16
+    dividing out x element bytes), median and range of misaligned over aligned time; and the time per token of
+    an odd M (197, 4095, 16383 tokens) over that of the next even M, aligned widths."""
+    rows = _kernel_records(f"{gpu}-misaligned-gemms")
+    by_class: dict[tuple[str, int], list[float]] = {}
+    aligned = {(r["mode"], r["pass"], r["tokens"], r["out"]): r["aligned_us"] for r in rows}
+    odd_m = []
+    for r in rows:
+        row_bytes = r["out"] * (2 if r["mode"] == "bf16" else 4)
+        by_class.setdefault((r["mode"], math.gcd(row_bytes, 16)), []).append(r["ratio"])
+        if r["tokens"] % 2:   # against the next even token count measured, per token
+            even = min(t for m, p, t, o in aligned if t > r["tokens"] and t % 2 == 0)
+            odd_m.append(r["aligned_us"] / r["tokens"]
+                         / (aligned[(r["mode"], r["pass"], even, r["out"])] / even))
+    return (f"{gpu} misaligned GEMMs over aligned ones, by mode and row alignment: "
+            + "; ".join(f"{mode} {align} B {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f}, n={len(v)})"
+                        for (mode, align), v in sorted(by_class.items()))
+            + f"; odd M over even M {min(odd_m):.2f}-{max(odd_m):.2f} (n={len(odd_m)})")
+
+
 def main() -> None:
     for gpu in GPUS:
         rows = _rows(gpu)
@@ -652,6 +674,7 @@ def main() -> None:
     print(rnn_reserves())
     for gpu in GPUS:
         print(l2_warm_savings(gpu))
+    print(misaligned_gemms("H100-SXM"))
 
 
 if __name__ == "__main__":
