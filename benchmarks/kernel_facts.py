@@ -629,7 +629,8 @@ def misaligned_gemms(gpu: str) -> str:
     """The misaligned-GEMM probe (data/kernels/<gpu>-misaligned-gemms.jsonl, benchmarks/misaligned_gemm_probe.py):
     per math mode and the alignment in bytes of the misaligned width's rows (the largest power of two up to 16
     dividing out x element bytes), median and range of misaligned over aligned time; and the time per token of
-    an odd M (197, 4095, 16383 tokens) over that of the next even M, aligned widths."""
+    an odd token count (197, 4095, 16383) over that of the next even one, aligned widths: the tokens are M of
+    the forward and the data gradient and K of the weight gradient, and no stored operand's rows run along them."""
     rows = _kernel_records(f"{gpu}-misaligned-gemms")
     by_class: dict[tuple[str, int], list[float]] = {}
     aligned = {(r["mode"], r["pass"], r["tokens"], r["out"]): r["aligned_us"] for r in rows}
@@ -644,7 +645,7 @@ def misaligned_gemms(gpu: str) -> str:
     return (f"{gpu} misaligned GEMMs over aligned ones, by mode and row alignment: "
             + "; ".join(f"{mode} {align} B {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f}, n={len(v)})"
                         for (mode, align), v in sorted(by_class.items()))
-            + f"; odd M over even M {min(odd_m):.2f}-{max(odd_m):.2f} (n={len(odd_m)})")
+            + f"; odd token counts over even ones {min(odd_m):.2f}-{max(odd_m):.2f} per token (n={len(odd_m)})")
 
 
 def main() -> None:
