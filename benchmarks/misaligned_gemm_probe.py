@@ -1,7 +1,7 @@
 """Device probe: how much slower a GEMM runs when one of its dimensions is not a whole number of 16-byte
-vectors, against the aligned shape next to it, by which dimension (M, N or K), size and math mode. The
-residual fit's `misaligned` feature (gpuest/price/features.py) is one flag for any of M, N and K; whether
-M matters, and whether the slowdown is a constant factor or shrinks with size, decides what it should be.
+vectors, against the aligned shape next to it, by which operand's rows it sets, size and math mode. The
+residual fit's `misaligned` feature (gpuest/price/features.py) is one flag for any of M, N and K; which of
+them matter, and whether the slowdown is a constant factor or shrinks with size, decides what it should be.
 
 Usage (on a GPU): python3 benchmarks/misaligned_gemm_probe.py --out OUT.jsonl
 One row per (mode, pass, tokens, width pair): the median time of a linear layer's forward (addmm, M = tokens,
@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 import torch
 import torch.nn.functional as F
 
-TOKENS = (197, 200, 4095, 4096, 16383, 16384)      # odd and even M, in pairs
+TOKENS = (197, 200, 4095, 4096, 16383, 16384)      # odd and even token counts, in pairs
 WIDTHS = ((768, 30522, 30528), (768, 50257, 50304), (2048, 2049, 2048))   # (in, out misaligned, out aligned)
 MODES = ("bf16", "fp32", "tf32")
 REPEATS = 20
@@ -41,6 +41,7 @@ def _time_ms(fn) -> float:
 
 
 def _passes(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, g: torch.Tensor) -> dict:
+    """A linear layer's three GEMMs on input x, weight w, bias b and output gradient g."""
     return {"forward": lambda: F.linear(x, w, b), "data_grad": lambda: g @ w, "weight_grad": lambda: g.t() @ x}
 
 
