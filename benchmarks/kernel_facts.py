@@ -675,7 +675,8 @@ def main() -> None:
     print(rnn_reserves())
     for gpu in GPUS:
         print(l2_warm_savings(gpu))
-    print(misaligned_gemms("H100-SXM"))
+    for gpu in GPUS:
+        print(misaligned_gemms(gpu))
 
 
 if __name__ == "__main__":
