@@ -634,18 +634,19 @@ def misaligned_gemms(gpu: str) -> str:
     rows = _kernel_records(f"{gpu}-misaligned-gemms")
     by_class: dict[tuple[str, int], list[float]] = {}
     aligned = {(r["mode"], r["pass"], r["tokens"], r["out"]): r["aligned_us"] for r in rows}
-    odd_m = []
+    odd_tokens = []
     for r in rows:
         row_bytes = r["out"] * (2 if r["mode"] == "bf16" else 4)
         by_class.setdefault((r["mode"], math.gcd(row_bytes, 16)), []).append(r["ratio"])
         if r["tokens"] % 2:   # against the next even token count measured, per token
             even = min(t for m, p, t, o in aligned if t > r["tokens"] and t % 2 == 0)
-            odd_m.append(r["aligned_us"] / r["tokens"]
+            odd_tokens.append(r["aligned_us"] / r["tokens"]
                          / (aligned[(r["mode"], r["pass"], even, r["out"])] / even))
     return (f"{gpu} misaligned GEMMs over aligned ones, by mode and row alignment: "
             + "; ".join(f"{mode} {align} B {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f}, n={len(v)})"
                         for (mode, align), v in sorted(by_class.items()))
-            + f"; odd token counts over even ones {min(odd_m):.2f}-{max(odd_m):.2f} per token (n={len(odd_m)})")
+            + f"; odd token counts over even ones {min(odd_tokens):.2f}-{max(odd_tokens):.2f} per token "
+              f"(n={len(odd_tokens)})")
 
 
 def main() -> None:
