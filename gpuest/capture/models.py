@@ -308,7 +308,7 @@ def _load_hf(name: str, batch: int, seq: int | None, device: torch.device) -> Lo
         raise ModelSpecError(f"hf config {name!r}: {exc}") from exc
     seq = seq or DEFAULT_HF_SEQ
     max_pos = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    if max_pos is not None and seq > max_pos:
+    if max_pos is not None and 0 < max_pos < seq:   # XLNet's -1: relative positions, no limit
         raise ModelSpecError(f"seq {seq} exceeds hf:{canonical}'s max_position_embeddings {max_pos}")
     cls = getattr(transformers, auto_class)
     model = _construct(lambda: cls.from_config(config, attn_implementation=attention), device)
