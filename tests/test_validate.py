@@ -271,6 +271,24 @@ def test_the_architectures_test_share_is_its_committed_seeded_draw():
     assert len({c.key for c in configs}) == len(configs) == 2 * len(models)
 
 
+
+def test_the_families_test_share_is_its_committed_seeded_draw():
+    """FAMILIES_TEST_MODELS is random.Random(FAMILIES_TEST_SEED)'s draw of a third of the set's models; no
+    model of the set is in another set, and its test configs are exactly those of the draw."""
+    from gpuest.evaluate.validation_set import (FAMILIES_TEST_MODELS, MODELS, architectures_set,
+                                            draw_families_test_split, families_set, generalisation_set, moe_set,
+                                            recipes_set, test_split_models)
+    assert tuple(FAMILIES_TEST_MODELS) == draw_families_test_split()
+    configs = families_set()
+    models = {c.model for c in configs}
+    assert len(FAMILIES_TEST_MODELS) * 3 >= len(models)
+    others = {m.spec for m in MODELS} | {c.model for c in generalisation_set() + moe_set() + recipes_set()
+                                          + architectures_set()}
+    assert not models & others
+    assert all((c.split == "test") == (c.model in FAMILIES_TEST_MODELS) != c.per_op for c in configs)
+    assert set(FAMILIES_TEST_MODELS) <= test_split_models()
+    assert len({c.key for c in configs}) == len(configs) == 2 * len(models)
+
 def test_the_recipes_set_probes_test_split_recipes_on_other_models_only():
     """The recipes set runs recipes the test split holds (pure bf16 inference, fp16 autocast training) on
     models outside it, each with per-op times, and none of its configs repeats one measured by another set."""

@@ -320,8 +320,8 @@ def draw_architectures_test_split() -> tuple[str, ...]:
 
 
 def test_split_models() -> frozenset[str]:
-    """Every model of a frozen test split (TEST_MODELS, ARCHITECTURES_TEST_MODELS)."""
-    return frozenset(TEST_MODELS) | frozenset(ARCHITECTURES_TEST_MODELS)
+    """Every model of a frozen test split (TEST_MODELS, ARCHITECTURES_TEST_MODELS, FAMILIES_TEST_MODELS)."""
+    return frozenset(TEST_MODELS) | frozenset(ARCHITECTURES_TEST_MODELS) | frozenset(FAMILIES_TEST_MODELS)
 
 
 def architectures_set() -> list[ValidationConfig]:
@@ -330,6 +330,73 @@ def architectures_set() -> list[ValidationConfig]:
     return [replace(c, per_op=not c.split)
             for c in _recipe_pairs(_ARCHITECTURES, _ARCHITECTURE_RECIPES, ARCHITECTURES_TEST_MODELS)]
 
+
+
+# ------------------------------------------------------------------ families set
+# A third draw of architectures none of the sets above has (Inception v1, VoVNet, split attention, BiT's
+# group norm with standardised weights, MobileNetV4, PP-LCNet, ConvMixer, GENet, InceptionNeXt, EfficientViT
+# (MIT) linear attention, Xception, dual-path networks, LR-ASPP segmentation, halo attention, 3-D ResNet, S3D;
+# CrossViT, Twins, Visformer, VOLO outlook attention, GC ViT, EfficientViT (MSRA) cascaded group attention,
+# ConViT, PiT, TNT, gMLP, ResMLP, FocalNet, MViTv2; GPT-Neo, Qwen3, ModernBERT, MobileBERT, XLNet, StableLM 2,
+# OLMo 2, Falcon-RW), each in two recipes as the generalisation set. Append only.
+_FAMILIES: list[tuple[str, str, int, int | None, int | None]] = [
+    # spec,                           family,  batch, seq,  image_size
+    ("googlenet",                      "cnn",   256,   None, 224),
+    ("timm:ese_vovnet19b_dw",          "cnn",   128,   None, 224),
+    ("timm:resnest50d",                "cnn",   64,    None, 224),
+    ("timm:resnetv2_50x1_bit",         "cnn",   64,    None, 224),
+    ("timm:mobilenetv4_conv_small",    "cnn",   256,   None, 224),
+    ("timm:lcnet_100",                 "cnn",   256,   None, 224),
+    ("timm:convmixer_768_32",          "cnn",   64,    None, 224),
+    ("timm:gernet_m",                  "cnn",   128,   None, 224),
+    ("timm:inception_next_tiny",       "cnn",   128,   None, 224),
+    ("timm:efficientvit_b1",           "cnn",   128,   None, 224),
+    ("timm:xception41",                "cnn",   64,    None, 299),
+    ("timm:dpn68",                     "cnn",   128,   None, 224),
+    ("lraspp_mobilenet_v3_large",      "cnn",   16,    None, 512),
+    ("timm:halonet26t",                "cnn",   64,    None, 256),
+    ("mc3_18",                         "video", 16,    None, None),
+    ("s3d",                            "video", 8,     None, 224),
+    ("timm:crossvit_9_240",            "vit",   128,   None, 240),
+    ("timm:twins_svt_small",           "vit",   64,    None, 224),
+    ("timm:visformer_small",           "vit",   128,   None, 224),
+    ("timm:volo_d1_224",               "vit",   64,    None, 224),
+    ("timm:gcvit_xxtiny",              "vit",   128,   None, 224),
+    ("timm:efficientvit_m0",           "vit",   256,   None, 224),
+    ("timm:convit_tiny",               "vit",   128,   None, 224),
+    ("timm:pit_ti_224",                "vit",   256,   None, 224),
+    ("timm:tnt_s_patch16_224",         "vit",   64,    None, 224),
+    ("timm:gmlp_s16_224",              "vit",   128,   None, 224),
+    ("timm:resmlp_12_224",             "vit",   128,   None, 224),
+    ("timm:focalnet_tiny_srf",         "vit",   64,    None, 224),
+    ("timm:mvitv2_tiny",               "vit",   64,    None, 224),
+    ("hf:gpt-neo-125m",                "llm",   8,     1024, None),
+    ("hf:qwen3-0.6b",                  "llm",   4,     2048, None),
+    ("hf:modernbert-base",             "llm",   16,    512,  None),
+    ("hf:mobilebert-uncased",          "llm",   32,    512,  None),
+    ("hf:xlnet-base",                  "llm",   8,     512,  None),
+    ("hf:stablelm-2-1.6b",             "llm",   2,     2048, None),
+    ("hf:olmo2-1b",                    "llm",   2,     2048, None),
+    ("hf:falcon-rw-1b",                "llm",   4,     1024, None),
+]
+# The frozen test share of the families set, drawn before any of it was measured:
+# random.Random(FAMILIES_TEST_SEED).sample of a third of its models. Never fit, tune or choose anything on them.
+FAMILIES_TEST_SEED = 20261128
+FAMILIES_TEST_MODELS = ("googlenet", "hf:falcon-rw-1b", "hf:gpt-neo-125m", "hf:olmo2-1b", "timm:convit_tiny",
+                        "timm:convmixer_768_32", "timm:dpn68", "timm:ese_vovnet19b_dw", "timm:focalnet_tiny_srf",
+                        "timm:gernet_m", "timm:gmlp_s16_224", "timm:tnt_s_patch16_224", "timm:twins_svt_small")
+
+
+def draw_families_test_split() -> tuple[str, ...]:
+    """The seeded draw FAMILIES_TEST_MODELS holds (a test checks they agree)."""
+    return seeded_third([spec for spec, *_ in _FAMILIES], FAMILIES_TEST_SEED)
+
+
+def families_set() -> list[ValidationConfig]:
+    """Two recipes of each families-set model, test-share models marked `split="test"`; the others record
+    per-op times."""
+    return [replace(c, per_op=not c.split)
+            for c in _recipe_pairs(_FAMILIES, _ARCHITECTURE_RECIPES, FAMILIES_TEST_MODELS)]
 
 # ------------------------------------------------------------------ mixture-of-experts set
 # Scaled-down Mixtral / Qwen2-MoE / Qwen3-MoE / OLMoE / GPT-OSS (gpuest/capture/hf_configs), both of
@@ -414,7 +481,7 @@ def recipes_set() -> list[ValidationConfig]:
 
 
 SETS = {"quick": quick_set, "full": full_set, "dry": dry_set, "host": host_set, "generalisation": generalisation_set,
-        "moe": moe_set, "recipes": recipes_set, "architectures": architectures_set}
+        "moe": moe_set, "recipes": recipes_set, "architectures": architectures_set, "families": families_set}
 
 
 def get_set(name: str) -> list[ValidationConfig]:
