@@ -105,6 +105,18 @@ def nhwc_depthwise(rows: dict[str, dict]) -> str:
     return "depthwise convolutions: " + "; ".join(out)
 
 
+def fp16_depthwise(rows: dict[str, dict]) -> str:
+    """NCHW depthwise convolutions in fp16 against the same shape in bf16: PyTorch gives fp16 ones with a
+    1/3/5 filter to cuDNN (formulas.conv._cudnn_takes_depthwise), bf16 ones to its own kernels."""
+    pairs = []
+    for name, row in sorted(rows.items()):
+        m = re.fullmatch(r"conv2d_(fwd|bwd)_fp16_c(\d+)_\d+_hw(\d+)_k(\d+)_s(\d+)_g(\d+)_n(\d+)", name)
+        twin = rows.get(name.replace("_fp16_", "_bf16_"))
+        if m and m[2] == m[6] and twin:
+            pairs.append(f"{m[1]} C={m[2]} {m[3]}px k{m[4]} s{m[5]} n{m[7]} {_us(twin) / _us(row):.2f}x")
+    return "fp16 NCHW depthwise, bf16 time / fp16 time: " + ", ".join(pairs)
+
+
 def mixed_add(rows: dict[str, dict]) -> str:
     ratios = [_us(r) / _us(rows[n.replace("bf16xfp32", "bf16")]) for n, r in rows.items()
               if "_bf16xfp32_" in n and _us(r) > 20]
@@ -660,7 +672,7 @@ def main() -> None:
                      pointwise_planes(gpu, rows), embedding_lookups(rows), bilinear_upsampling(rows),
                      rnn_step_times(rows), index_put_chains(rows), queued_kernel_gap(gpu, rows),
                      strided_operands(gpu, rows), channel_scales(rows), grouped_gemms(rows), tiny_inner_gemms(rows),
-                     mask_adds(rows), nhwc_eval_batch_norms(rows), expanded_divides(rows), gathers_last_dim(rows)):
+                     mask_adds(rows), nhwc_eval_batch_norms(rows), fp16_depthwise(rows), expanded_divides(rows), gathers_last_dim(rows)):
             print("  " + line)
     print(bandwidth_scaling())
     print(fp32_prefill_gemms())

@@ -932,6 +932,43 @@ def test_native_depthwise_weight_gradient_is_a_row_reduction(groups, channels_la
     assert rows == ((16 * 5 * 5, 2 * 14 * 14) if reduces else (0, 0))
 
 
+
+@pytest.mark.parametrize("precision, channels, kernel, stride, cudnn", [
+    ("fp16-mixed", 32, 3, 1, True), ("fp16-mixed", 64, 5, 1, True),
+    ("bf16-mixed", 32, 3, 1, False),          # bf16 stays on PyTorch's kernels
+    ("fp16-mixed", 16, 3, 1, False),          # fewer than 32 channels
+    ("fp16-mixed", 32, 7, 1, False),          # a 7x7 filter
+    ("fp16-mixed", 32, 3, 2, False),          # stride 2: measured at PyTorch's speed
+])
+def test_fp16_nchw_depthwise_convolutions_that_cudnn_takes(precision, channels, kernel, stride, cudnn):
+    """PyTorch hands an fp16 NCHW depthwise convolution with >= 32 channels, a 1/3/5 filter and stride 1 to
+    cuDNN (variant cudnn_depthwise, forward and backward; its weight gradient is not PyTorch's row
+    reduction); bf16, narrow, 7x7 and stride-2 ones run PyTorch's own kernels."""
+    from gpuest.annotate.formulas.conv import CUDNN_DEPTHWISE_VARIANT
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, channels, 1, bias=False),
+                                torch.nn.Conv2d(channels, channels, kernel, stride=stride, padding=kernel // 2,
+                                                groups=channels, bias=False))
+    graph = trace(model, (torch.empty(2, 3, 28, 28),), mode="training", precision=precision)
+    forward = _conv_nodes(graph, "convolution")[1]
+    backward = _conv_nodes(graph, "convolution_backward")[0]
+    for node in (forward, backward):
+        assert (CUDNN_DEPTHWISE_VARIANT in str(node.get("variant", "")).split("+")) == cudnn
+    assert (backward["row_count"] == 0) == cudnn
+
+
+@pytest.mark.parametrize("dilation, groups", [(1, 1), (2, 1), (2, 32), (4, 32)])
+def test_dilated_convolutions_are_a_variant_of_their_own(dilation, groups):
+    """A convolution with dilation > 1 (forward and both gradients) carries DILATED_VARIANT, which the
+    fit isolates: dilated depthwise layers run other, far slower kernels than undilated ones."""
+    from gpuest.annotate.registry import DILATED_VARIANT, ISOLATED_VARIANTS
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 1, bias=False),
+                                torch.nn.Conv2d(32, 32, 3, padding=dilation, dilation=dilation, groups=groups,
+                                                bias=False))
+    graph = trace(model, (torch.empty(2, 3, 16, 16),), mode="training")
+    assert DILATED_VARIANT in ISOLATED_VARIANTS
+    for node in (_conv_nodes(graph, "convolution")[1], _conv_nodes(graph, "convolution_backward")[0]):
+        assert (DILATED_VARIANT in str(node.get("variant", "")).split("+")) == (dilation > 1)
+
 def test_conv_and_pool_record_their_window_and_memory_format():
     class Net(torch.nn.Module):
         def __init__(self):

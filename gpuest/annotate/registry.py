@@ -35,7 +35,8 @@ TINY_INNER_VARIANT = "tiny_inner"
 # loop) whose rate follows the channel count, not the plane (formulas.norm): pooled, its few-channel rows
 # moved the channels-first fits' slopes.
 NHWC_VARIANT = "nhwc"
-ISOLATED_VARIANTS = frozenset({TINY_INNER_VARIANT, NHWC_VARIANT})
+DILATED_VARIANT = "dilated"   # a convolution with dilation > 1: other kernels than an undilated one's
+ISOLATED_VARIANTS = frozenset({TINY_INNER_VARIANT, NHWC_VARIANT, DILATED_VARIANT})
 
 
 @dataclass(frozen=True)

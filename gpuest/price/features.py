@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from ..annotate.formulas.conv import CUDNN_DEPTHWISE_VARIANT
 from ..annotate.registry import LAYOUT_SENSITIVE_CATEGORIES
 from ..catalog import GPUSpec
 from .arrays import map_values
@@ -318,6 +319,13 @@ def _nhwc_fp32(x: FeatureInputs) -> np.ndarray:
     """NHWC 32-bit data: the same kernels' gain is a shape-dependent 0.3-3.4x in tf32
     (benchmarks/kernel_facts.py), so the memory format enters per data precision."""
     return x.table.channels_last & ~x.lowp_data
+
+
+@feature("cudnn_depthwise")
+def _cudnn_depthwise(x: FeatureInputs) -> np.ndarray:
+    """An fp16 depthwise convolution of NCHW data that PyTorch hands to cuDNN runs cuDNN's kernels, not its
+    own: 1.6-3.8x faster than the same stride-1 layer in bf16 (benchmarks/kernel_facts.py, fp16_depthwise)."""
+    return x.table.has_variant(CUDNN_DEPTHWISE_VARIANT)
 
 
 @feature("log_head_dim")

@@ -11,7 +11,7 @@ import numpy as np
 from ..annotate.registry import CATEGORIES, TENSOR_CORE_CATEGORIES, Cost
 from ..capture.trace import GRAPH_SCHEMA
 from ..errors import GraphNotAnnotatedError
-from ..profile import is_in_place, variant_op
+from ..profile import is_in_place, op_variants, variant_op
 from .arrays import map_values
 
 REQUIRED_NODE_ATTRS = ("op", "category", "phase", "flops", "bytes_read", "bytes_written", "math_mode",
@@ -75,6 +75,10 @@ class NodeTable:
     def low_precision(self) -> np.ndarray:
         """bool per node: its data is 16-bit or narrower (LOW_PRECISION_MODES)."""
         return np.isin(self.math_mode, LOW_PRECISION_MODES)
+
+    def has_variant(self, variant: str) -> np.ndarray:
+        """bool per node: its kernel variant (Cost.variant, "+"-joined) includes `variant`."""
+        return np.asarray([variant in op_variants(op) for op in self.fit_op.tolist()], dtype=bool)
 
     def map_category(self, values: Mapping[str, float], default: float) -> np.ndarray:
         """One value per node looked up by its category (vectorised over the few distinct categories)."""

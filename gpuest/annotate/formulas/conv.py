@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import conv_flop_count
 
-from ..registry import (REGISTRY, Cost, OpCall, is_channels_last, iter_ops, register_cost, shape_of, tensor_bytes,
-                        tensors)
+from ..registry import (DILATED_VARIANT, REGISTRY, Cost, OpCall, is_channels_last, iter_ops, register_cost, shape_of,
+                        tensor_bytes, tensors)
 from .gemm import torch_flops, with_gemm
 
 aten = torch.ops.aten
@@ -36,10 +36,13 @@ def _convolution(call: OpCall) -> Cost:
     groups = int(call.arg("groups"))
     y = shape_of(tensors(call.out)[0])
     mnk, g = _conv_gemm(shape_of(x), shape_of(w), y, groups, transposed)
+    cudnn_depthwise = _cudnn_takes_depthwise(call, x, w, groups)
+    variant = "+".join(v for v in (_conv_variant(shape_of(w), transposed), _dilated(call),
+                                   CUDNN_DEPTHWISE_VARIANT if cudnn_depthwise else "") if v)
     return replace(with_gemm(call, "conv", torch_flops(call), mnk, g), window=math.prod(shape_of(w)[2:]),
                    channels_last=is_channels_last(x), gemm_plane=_gemm_plane(shape_of(x), shape_of(w), y, groups),
-                   variant=_conv_variant(shape_of(w), transposed),
-                   relayout_bytes=_relayout_bytes(x, tensors(call.out)[0], w, groups))
+                   variant=variant,
+                   relayout_bytes=_relayout_bytes(x, tensors(call.out)[0], w, groups, cudnn_depthwise))
 
 
 def _conv_variant(w: tuple, transposed: bool) -> str:
@@ -49,6 +52,12 @@ def _conv_variant(w: tuple, transposed: bool) -> str:
         return "transposed"
     dims = len(w) - 2
     return "" if dims == 2 else f"{dims}d"
+
+
+def _dilated(call: OpCall) -> str:
+    """DILATED_VARIANT for a convolution with a dilation above 1, else ""."""
+    dilation = call.arg("dilation") if call.has_arg("dilation") else None
+    return DILATED_VARIANT if dilation is not None and any(int(d) > 1 for d in dilation) else ""
 
 
 def _gemm_plane(x: tuple, w: tuple, y: tuple, groups: int) -> int:
@@ -77,13 +86,16 @@ def _convolution_backward(call: OpCall) -> Cost:
     # over a deep K, run by cuDNN's weight-gradient kernels (variant "weight_grad"), not the forward's GEMM.
     weight_only = bool(mask[1]) and not mask[0]
     gemm = dgrad if mask[0] else (mnk[1], mnk[2], mnk[0]) if weight_only else mnk
-    variant = "+".join(v for v in (_conv_variant(shape_of(w), transposed), "weight_grad" if weight_only else "") if v)
+    cudnn_depthwise = _cudnn_takes_depthwise(call, x, w, groups)
+    variant = "+".join(v for v in (_conv_variant(shape_of(w), transposed), "weight_grad" if weight_only else "",
+                                   _dilated(call), CUDNN_DEPTHWISE_VARIANT if cudnn_depthwise else "") if v)
     cost = replace(with_gemm(call, "conv", flops, gemm, g, kernels),
                    window=window, channels_last=is_channels_last(x),
                    gemm_plane=_gemm_plane(shape_of(x), shape_of(w), shape_of(grad_out), groups),
                    variant=variant,
-                   relayout_bytes=_relayout_bytes(x, grad_out, w, groups))
-    if mask[1] and not transposed and _runs_native_depthwise(shape_of(w), groups, is_channels_last(x)):
+                   relayout_bytes=_relayout_bytes(x, grad_out, w, groups, cudnn_depthwise))
+    if mask[1] and not transposed and _runs_native_depthwise(shape_of(w), groups, is_channels_last(x),
+                                                             cudnn_depthwise):
         # PyTorch's own depthwise weight gradient gives each weight a block that reduces over the batch
         # and the output positions: a row-wise reduction (Cost.row_count / row_len), not a GEMM.
         cost = replace(cost, row_count=math.prod(shape_of(w)),
@@ -91,19 +103,48 @@ def _convolution_backward(call: OpCall) -> Cost:
     return cost
 
 
-def _relayout_bytes(x: Any, y: Any, w: Any, groups: int) -> float:
+def _relayout_bytes(x: Any, y: Any, w: Any, groups: int, cudnn_depthwise: bool) -> float:
     """Cost.relayout_bytes of a convolution between activations `x` and `y` with weight `w`: both their
     bytes, 0 where PyTorch's own depthwise kernels run it (no cuDNN workspace). A backward that computes
     both gradients makes two cuDNN calls, one after the other, each holding one such workspace."""
-    if _runs_native_depthwise(shape_of(w), groups, is_channels_last(x)):
+    if _runs_native_depthwise(shape_of(w), groups, is_channels_last(x), cudnn_depthwise):
         return 0.0
     return float(tensor_bytes(x) + tensor_bytes(y))
 
 
-def _runs_native_depthwise(w: tuple, groups: int, channels_last: bool) -> bool:
+def _runs_native_depthwise(w: tuple, groups: int, channels_last: bool, cudnn_depthwise: bool) -> bool:
     """Whether PyTorch runs a convolution with weight `w` in its own depthwise kernels rather than cuDNN:
-    2-D, one input channel per group, NCHW data (cuDNN takes channels-last depthwise convolutions)."""
-    return groups > 1 and len(w) == 4 and w[1] == 1 and not channels_last
+    2-D, one input channel per group, NCHW data (cuDNN takes channels-last depthwise convolutions), and
+    not an fp16 one that cuDNN takes (`_cudnn_takes_depthwise`)."""
+    return groups > 1 and len(w) == 4 and w[1] == 1 and not channels_last and not cudnn_depthwise
+
+
+# PyTorch hands a 2-D depthwise convolution of NCHW data to cuDNN instead of its own kernels only in fp16
+# (never bf16 or fp32), with at least 32 channels, sides of at least 7, a square 1/3/5 filter, an equal stride
+# of 1 or 2 and no dilation, and then only where a per-architecture workload check says cuDNN is faster
+# (aten/src/ATen/native/Convolution.cpp, use_cudnn_depthwise). On the H100 and H200 the stride-1 layers the
+# suite has run 1.6-3.8x faster in fp16 than in bf16, the stride-2 ones (96 channels at 112 px) and the 7x7
+# ones at the same speed (`python3 benchmarks/kernel_facts.py`, fp16_depthwise): stride 1 is taken as cuDNN's.
+CUDNN_DEPTHWISE_VARIANT = "cudnn_depthwise"
+CUDNN_DEPTHWISE_FILTERS = (1, 3, 5)
+CUDNN_DEPTHWISE_STRIDES = (1,)
+CUDNN_DEPTHWISE_MIN_CHANNELS = 32
+CUDNN_DEPTHWISE_MIN_SIDE = 7
+
+
+def _cudnn_takes_depthwise(call: OpCall, x: Any, w: Any, groups: int) -> bool:
+    """Whether cuDNN, not PyTorch's own kernels, runs this depthwise convolution of NCHW fp16 data."""
+    xs, ws = shape_of(x), shape_of(w)
+    if not (groups > 1 and len(ws) == 4 and ws[1] == 1 and len(xs) == 4 and not is_channels_last(x)):
+        return False
+    if getattr(x, "dtype", None) != torch.float16 or getattr(w, "dtype", None) != torch.float16:
+        return False
+    stride = tuple(call.arg("stride")) if call.has_arg("stride") else (1, 1)
+    dilation = tuple(call.arg("dilation")) if call.has_arg("dilation") else (1, 1)
+    transposed = bool(call.arg("transposed")) if call.has_arg("transposed") else False
+    return (not transposed and ws[2] == ws[3] and ws[2] in CUDNN_DEPTHWISE_FILTERS
+            and len(set(stride)) == 1 and stride[0] in CUDNN_DEPTHWISE_STRIDES and set(dilation) == {1}
+            and xs[1] >= CUDNN_DEPTHWISE_MIN_CHANNELS and min(xs[2:]) >= CUDNN_DEPTHWISE_MIN_SIDE)
 
 
 def _weight_grad_overcount(grad_out: Any, x: Any, w: Any, groups: int, transposed: bool) -> float:
