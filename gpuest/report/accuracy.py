@@ -72,7 +72,7 @@ def test_split_markdown(df: pd.DataFrame) -> list[str]:
     L = ["## Test split (headline)", "",
          f"The frozen test split: {t['n_models']} models of families the profiles never saw, drawn by seeded random "
          "samples before any was measured (`gpuest.evaluate.validation_set.TEST_MODELS`, `ARCHITECTURES_TEST_MODELS`, "
-         f"`MOE_TEST_KEYS`); never used to fit, tune or choose anything. {t['n_configs']} configs, calibrated "
+         f"`FAMILIES_TEST_MODELS`, `MOE_TEST_KEYS`); never used to fit, tune or choose anything. {t['n_configs']} configs, calibrated "
          "predictor.", ""]
     rows = [[a["aim"], f"≤ {a['target_pct']:g} %", _pct(a["mape_pct"]), a["n"],
              "no data" if a["met"] is None else ("**met**" if a["met"] else "**not met**")] for a in t["aims"]]
@@ -81,8 +81,8 @@ def test_split_markdown(df: pd.DataFrame) -> list[str]:
     L += [_md_table(["aim", "target", "MAPE", "n", "status"], rows), ""]
     if len(t["by_set"]) > 1:
         L += ["By validation set (`generalisation`: new dense families and recipes; `architectures`: a second draw "
-              "of architectures neither had; `moe`: mixture-of-experts models, priced with the routing each measured "
-              "step ran):", "",
+              "of architectures neither had; `families`: a third draw, measured on the H200 only; `moe`: "
+              "mixture-of-experts models, priced with the routing each measured step ran):", "",
               _md_table(["set", "models", "configs", "GPU-bound device time MAPE", "GPU-bound configs",
                          f"outside [{RATIO_BOUNDS[0]:g}, {RATIO_BOUNDS[1]:g}]"],
                         [[b["set"], b["n_models"], b["n_configs"], _pct(b["device_mape_pct"]), b["n_gpu_bound"],
