@@ -21,18 +21,19 @@ class _ConvLayer(NamedTuple):
     dims: int = 2         # spatial dimensions
     transposed: bool = False
     pad: int | None = None  # explicit padding (a table's), else the "same"-style default below
+    dilation: int = 1
 
     @property
     def padding(self) -> int:
         if self.pad is not None:
             return self.pad
-        return (self.kernel - self.stride) // 2 if self.transposed else self.kernel // 2
+        return (self.kernel - self.stride) // 2 if self.transposed else self.dilation * (self.kernel // 2)
 
     @property
     def out_size(self) -> int:
         if self.transposed:
             return (self.size - 1) * self.stride - 2 * self.padding + self.kernel
-        return (self.size + 2 * self.padding - self.kernel) // self.stride + 1
+        return (self.size + 2 * self.padding - self.dilation * (self.kernel - 1) - 1) // self.stride + 1
 
     @property
     def prefix(self) -> str:
@@ -41,7 +42,8 @@ class _ConvLayer(NamedTuple):
     def tag(self, batch: int, channels_last: bool) -> str:
         size = f"hw{self.size}" if self.dims == 2 else f"l{self.size}"
         return (f"c{self.cin}_{self.cout}_{size}_k{self.kernel}_s{self.stride}_g{self.groups}"
-                + ("" if self.pad is None else f"_p{self.pad}") + f"_n{batch}" + ("_nhwc" if channels_last else ""))
+                + ("" if self.pad is None else f"_p{self.pad}") + ("" if self.dilation == 1 else f"_d{self.dilation}")
+                + f"_n{batch}" + ("_nhwc" if channels_last else ""))
 
 
 def _conv_grid() -> list[tuple[_ConvLayer, tuple[int, ...], bool, bool | str]]:
@@ -67,6 +69,10 @@ def _conv_grid() -> list[tuple[_ConvLayer, tuple[int, ...], bool, bool | str]]:
     grid += [(_ConvLayer(*spec), (32, 128), True, "weights") for spec in shape_table("conv", "channels_last_layers")]
     grid += [(_ConvLayer(c, c, hw, 3, 1, 32), (32, 128), True, "weights") for c, hw in grouped]
     grid += [(_ConvLayer(*spec), (32, 128), True, "weights") for spec in shape_table("conv", "channels_last_narrow")]
+    # Dilated layers of segmentation backbones and ASPP heads, in both memory formats (shapes/conv.json
+    # `dilated`: a non-test network's dilated depthwise layers ran 12-25x slower than an undilated one is priced).
+    grid += [(_ConvLayer(cin, cout, hw, k, 1, groups, dilation=d), (8, 32), True, last) for last in (False, True)
+             for cin, cout, hw, k, groups, d in shape_table("conv", "dilated")]
     grid += [(_ConvLayer(cin, cout, length, k, stride, 1, dims=1), (1, 8, 32), True, False)
              for cin, cout, length, k, stride in shape_table("conv", "conv1d")]
     grid += [(_ConvLayer(cin, cout, hw, k, stride, 1, transposed=True), (1, 32, 128), True, False)
@@ -91,7 +97,7 @@ def _conv_call(layer: _ConvLayer, g: int) -> Callable[[torch.Tensor, torch.Tenso
     if layer.transposed:
         return lambda x, w: F.conv_transpose2d(x, w, None, layer.stride, layer.padding, 0, g)
     conv = F.conv1d if layer.dims == 1 else F.conv2d
-    return lambda x, w: conv(x, w, None, layer.stride, layer.padding, 1, g)
+    return lambda x, w: conv(x, w, None, layer.stride, layer.padding, layer.dilation, g)
 
 
 def _conv(out: list[Benchmark]) -> None:
@@ -137,6 +143,8 @@ def _conv_benchmarks(out: list[Benchmark], mode: str, layer: _ConvLayer, batch: 
               "stride": layer.stride, "groups": groups, "padding": layer.padding}
     if layer.dims != 2 or layer.transposed:
         params.update(dims=layer.dims, transposed=layer.transposed)
+    if layer.dilation != 1:
+        params["dilation"] = layer.dilation
     if last:
         params["memory_format"] = "channels_last"
     if last == "weights":
@@ -159,7 +167,7 @@ def _conv_benchmarks(out: list[Benchmark], mode: str, layer: _ConvLayer, batch: 
 
             def fn(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> Any:
                 return torch.ops.aten.convolution_backward(
-                    dy, x, w, None, [layer.stride] * n, [layer.padding] * n, [1] * n, layer.transposed,
+                    dy, x, w, None, [layer.stride] * n, [layer.padding] * n, [layer.dilation] * n, layer.transposed,
                     [0] * n, g, mask)
             return _simple(fn, [ys, xs, ws], [dt, dt, dt])(device, seed)
         bwd_params = {**params, "output_mask": mask} if weight_only else params
