@@ -117,6 +117,17 @@ def fp16_depthwise(rows: dict[str, dict]) -> str:
     return "fp16 NCHW depthwise, bf16 time / fp16 time: " + ", ".join(pairs)
 
 
+def branch_sums(rows: dict[str, dict]) -> str:
+    """Sums over the branches of split-attention blocks (shapes/reduction.json branch_sums): bandwidth on NCHW
+    and on channels-last data, where the kept run between two summed elements is the channels alone."""
+    by: dict[str, list[float]] = {}
+    for name, row in rows.items():
+        if name.startswith("branchsum_"):
+            dtype = name.split("_")[1]
+            by.setdefault(f"{dtype} {'NHWC' if name.endswith('_nhwc') else 'NCHW'}", []).append(_bandwidth_tb_s(row))
+    return "branch sums (TB/s): " + ", ".join(f"{k} {min(v):.2f}-{max(v):.2f}" for k, v in sorted(by.items()))
+
+
 def mixed_add(rows: dict[str, dict]) -> str:
     ratios = [_us(r) / _us(rows[n.replace("bf16xfp32", "bf16")]) for n, r in rows.items()
               if "_bf16xfp32_" in n and _us(r) > 20]
@@ -672,7 +683,7 @@ def main() -> None:
                      pointwise_planes(gpu, rows), embedding_lookups(rows), bilinear_upsampling(rows),
                      rnn_step_times(rows), index_put_chains(rows), queued_kernel_gap(gpu, rows),
                      strided_operands(gpu, rows), channel_scales(rows), grouped_gemms(rows), tiny_inner_gemms(rows),
-                     mask_adds(rows), nhwc_eval_batch_norms(rows), fp16_depthwise(rows), expanded_divides(rows), gathers_last_dim(rows)):
+                     mask_adds(rows), nhwc_eval_batch_norms(rows), fp16_depthwise(rows), branch_sums(rows), expanded_divides(rows), gathers_last_dim(rows)):
             print("  " + line)
     print(bandwidth_scaling())
     print(fp32_prefill_gemms())

@@ -57,6 +57,9 @@ class Cost:
         elements); 0 where each row is contiguous. A kernel reading short runs leaves most of each memory transaction unused.
         Eval-mode batch norm of NCHW data, which reduces nothing, records the plane its per-channel kernel
         walks (H * W) here too, with no rows.
+    kept_run: for a reduction that keeps the innermost dimension (a column sum, a sum over the branches of
+        channels-last data), the kept elements that lie contiguously between two reduced ones (a column
+        sum's width, the channels of an NHWC branch sum); 0 otherwise.
     kernels: CUDA kernels the op launches.
     flops_skipped: FLOPs counted in `flops` (torch's convention, so totals agree with FlopCounterMode)
         that the kernel never computes: a causal attention kernel skips the tiles above the diagonal.
@@ -128,6 +131,7 @@ class Cost:
     row_count: int = 0
     row_len: int = 0
     row_segment: int = 0
+    kept_run: int = 0
     kernels: int = 1
     supported: bool = True
     host_only: bool = False
@@ -583,7 +587,7 @@ def pointwise_cost(call: "OpCall", flops_per_element: float = 1.0) -> Cost:
     return generic_cost(call, category="elementwise", flops=flops_per_element * n)
 
 
-# (independent rows, elements per row) or (rows, elements per row, elements per contiguous run of a row)
+# (independent rows, elements per row[, elements per contiguous run of a row[, kept run (Cost.kept_run)]])
 RowShape = Callable[["OpCall"], "tuple[int, ...]"]
 
 
@@ -591,7 +595,7 @@ def by_category(category: str, flops_per_output: float = 0.0, flops_per_input: f
                 kernels: int = 1, rows: RowShape | None = None) -> "Formula":
     """A formula whose FLOPs scale with the elements of the outputs and/or of the first input.
     rows: for row-wise ops, gives (independent rows, elements per row[, elements per contiguous run of a
-    row]) of the call (Cost.row_count, row_len, row_segment)."""
+    row[, kept run]]) of the call (Cost.row_count, row_len, row_segment, kept_run)."""
     def formula(call: "OpCall") -> Cost:
         n_in = sum(t.numel() for t in tensors(call.first_arg))
         n_out = sum(t.numel() for t in call.outputs)
@@ -600,7 +604,8 @@ def by_category(category: str, flops_per_output: float = 0.0, flops_per_input: f
         if rows is None:
             return cost
         n_rows, length, *segment = rows(call)
-        return replace(cost, row_count=int(n_rows), row_len=int(length), row_segment=int(segment[0]) if segment else 0)
+        return replace(cost, row_count=int(n_rows), row_len=int(length), row_segment=int(segment[0]) if segment else 0,
+                       kept_run=int(segment[1]) if len(segment) > 1 else 0)
     return formula
 
 
@@ -611,28 +616,33 @@ def with_atomic_adds(formula: "Formula") -> "Formula":
     return with_atomics
 
 
-def reduced_rows(call: "OpCall") -> tuple[int, int, int]:
+def reduced_rows(call: "OpCall") -> tuple[int, int, int, int]:
     """Rows of a reduction: one per element of its (first) result, each as long as the input is
-    larger than that result, and the contiguous run of a row (Cost.row_segment): the reduced dimensions
-    innermost in memory, or single elements when the innermost dimension is kept (a column sum)."""
+    larger than that result, the contiguous run of a row (Cost.row_segment): the reduced dimensions
+    innermost in memory, or single elements when the innermost dimension is kept (a column sum), and then
+    the kept elements between two reduced ones (Cost.kept_run)."""
     source = tensors(call.first_arg)
     outs = call.outputs
     n_in = source[0].numel() if source else 0
     n_out = max(outs[0].numel(), 1) if outs else 1
     length = n_in // n_out if n_in else 0
-    run = _reduced_run(call, source[0]) if source else 0
-    return n_out, length, run if 0 < run < length else 0
+    run, kept = _reduced_runs(call, source[0]) if source else (0, 0)
+    segmented = 0 < run < length
+    return n_out, length, run if segmented else 0, kept if segmented and run == 1 else 0
 
 
-def _reduced_run(call: "OpCall", x: torch.Tensor) -> int:
-    """Elements of `x` that one contiguous run of a reduced row holds (0 when the call names no dims)."""
+def _reduced_runs(call: "OpCall", x: torch.Tensor) -> tuple[int, int]:
+    """Elements of `x` that one contiguous run of a reduced row holds, and those of the kept dimensions
+    innermost in memory (0, 0 when the call names no dims)."""
     # A dim the dispatcher dropped as default (topk's -1) counts as none, as the profiles were fitted so.
     dim = call.arg("dim", default=None) if call.has_arg("dim") else None
     if dim is None or (isinstance(dim, (list, tuple)) and not dim):
-        return 0
+        return 0, 0
     reduced = {int(d) % max(x.dim(), 1) for d in (dim if isinstance(dim, (list, tuple)) else [dim])}
     order = layout_order(x)
-    return innermost_run(x, reduced, order) if order else 0
+    if not order:
+        return 0, 0
+    return innermost_run(x, reduced, order), innermost_run(x, set(order) - reduced, order)
 
 
 # ATen ops that exist in some of the torch versions gpuest supports (2.11-2.14) and not in others: the

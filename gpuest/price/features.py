@@ -70,6 +70,7 @@ NARROW_DIM = 64
 ROW_LEN_REF = 1024
 ROW_BLOCKS_PER_SM = {"norm": 4.0}
 ROW_SEGMENT_REF = 256
+KEPT_RUN_REF = 4096   # kept elements from which a column-style reduction's vector stops mattering
 BROADCAST_RUN_REF = 256
 ROW_OVERHEAD_S = {"norm": 1e-7, "reduction": 3e-8}
 # One serial step: a round trip to memory that a kernel waits on before its next (a split reduction's
@@ -396,6 +397,15 @@ def _log_row_segment(x: FeatureInputs) -> np.ndarray:
     segmented = x.rowwise & (x.table.row_segment > 0)
     return np.where(segmented, np.clip(np.log2(np.maximum(x.table.row_segment, 1.0) / ROW_SEGMENT_REF), -4.0, 0.0),
                     0.0)
+
+
+@feature("log_kept_run")
+def _log_kept_run(x: FeatureInputs) -> np.ndarray:
+    """A reduction that keeps the innermost dimension walks the kept elements between two reduced ones as
+    its vector: a column sum 96 wide, or a sum over the branches of channels-last data, runs at a fraction
+    of a wide one's bandwidth (benchmarks/kernel_facts.py, branch_sums)."""
+    kept = x.rowwise & (x.table.kept_run > 0)
+    return np.where(kept, np.clip(np.log2(np.maximum(x.table.kept_run, 1.0) / KEPT_RUN_REF), -8.0, 0.0), 0.0)
 
 
 @feature("log_broadcast_run")

@@ -38,6 +38,7 @@ class NodeTable:
     gemm: np.ndarray          # (n, 4): M, N, K, batch
     rowwise: np.ndarray       # (n, 2): independent rows, elements per row (row-wise ops; else 0)
     row_segment: np.ndarray   # elements per contiguous run of a row made of strided runs; 0 if contiguous
+    kept_run: np.ndarray      # kept elements between two reduced ones of a column-style reduction; 0 otherwise
     permuted: np.ndarray      # bool: reads an input in another memory order than it writes (transposing copy)
     read_amplification: np.ndarray  # sectors a permuted op's loop block reads / sectors its bytes fill (>= 1)
     window: np.ndarray        # sliding-window area of convolutions and pooling (kh * kw); 0 otherwise
