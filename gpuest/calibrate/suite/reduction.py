@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import DTYPES, Benchmark, Built, _d, _est, _fwd_bwd, _randn, _simple
+from .base import DTYPES, Benchmark, Built, _channels_last, _d, _est, _fwd_bwd, _randn, _simple
 from .shape_tables import shape_column, shape_table
 
 
@@ -88,6 +88,28 @@ def _reduction_more(out: list[Benchmark]) -> None:
     for mode in ("fp32", "bf16"):
         for r, c in shape_table("reduction", "column_sums_narrow"):
             _colsum(out, mode, r, c)
+    for mode in ("fp32", "bf16"):
+        for batch, branches, c, hw in shape_table("reduction", "branch_sums"):
+            for last in (False, True):
+                _branch_sum(out, mode, batch, branches, c, hw, last)
+
+
+def _branch_sum(out: list[Benchmark], mode: str, batch: int, branches: int, c: int, hw: int, last: bool) -> None:
+    """The sum over the branches of a split-attention block: a (batch, branches * c, hw, hw) activation viewed
+    as (batch, branches, c, hw, hw) and summed over dim 1 (a row of `branches` elements a plane or, on
+    channels-last data, c elements apart)."""
+    dt = DTYPES[mode]
+    shape = (batch, branches * c, hw, hw)
+
+    def build(device: torch.device, seed: int) -> Built:
+        b, k, ch, side = (_d(v, device) for v in (batch, branches, c, hw))
+        return _simple(lambda x: x.reshape(b, k, ch, side, side).sum(1), [(b, k * ch, side, side)], [dt])(device, seed)
+    numel = batch * branches * c * hw * hw
+    out.append(Benchmark(f"branchsum_{mode}_{'x'.join(map(str, shape))}_k{branches}" + ("_nhwc" if last else ""),
+                         "reduction", {"op": "sum", "dtype": mode, "shape": list(shape), "branches": branches,
+                                       **({"memory_format": "channels_last"} if last else {})},
+                         _channels_last(build, (0,)) if last else build,
+                         est_ms=_est(numel, dt.itemsize * numel * (1 + 1 / branches))))
 
 
 def _softmax_rows(out: list[Benchmark], mode: str, r: int, c: int) -> None:
