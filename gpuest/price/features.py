@@ -70,9 +70,9 @@ NARROW_DIM = 64
 ROW_LEN_REF = 1024
 ROW_BLOCKS_PER_SM = {"norm": 4.0}
 ROW_SEGMENT_REF = 256
-KEPT_RUN_REF = 4096   # kept elements from which a column-style reduction's vector stops mattering
 BROADCAST_RUN_REF = 256
 ROW_OVERHEAD_S = {"norm": 1e-7, "reduction": 3e-8}
+KEPT_RUN_REF = 4096   # kept elements from which a column-style reduction's vector stops mattering
 # One serial step: a round trip to memory that a kernel waits on before its next (a split reduction's
 # global-memory finish adds partial results in turn; Cost.serial_steps); log_serial_steps =
 # log(1 + steps * SERIAL_STEP_S / (roofline + OVERHEAD_SCALE_S)), kept with the launch features (fill,
