@@ -60,6 +60,15 @@ def test_shipped_profiles_are_measured_and_used():
         assert prof.provenance["fitted_rows"] > 500
 
 
+
+def test_every_shipped_profile_fits_the_current_residual_features():
+    """A transferred estimate averages the corrections of every profile whose feature list is the nearest
+    calibrated GPU's: a shipped profile fitted before a feature was added would silently drop out of the
+    donors (a V100-SXM2 ResNet-50 fp32 step lost its V100 donor and came out 2.4x slow)."""
+    from gpuest.price.features import RESIDUAL_FEATURES
+    for name, prof in shipped_profiles().items():
+        assert tuple(prof.residual_features) == tuple(RESIDUAL_FEATURES), name
+
 def _stored_node_fit(shuffle_seed: int | None = None) -> dict:
     """A profile fitted on every other H100 calibration row, on the nodes stored in the rows (no
     re-trace: seconds, not minutes); rows shuffled first with `shuffle_seed`."""
