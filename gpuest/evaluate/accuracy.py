@@ -426,7 +426,7 @@ def test_split_summary(df: pd.DataFrame) -> dict[str, Any]:
 
 # Validation sets of models outside the 21 the shipped profiles' host costs were fitted on (the quick, full
 # and host sets, and rows without a set name, measure those 21).
-SEPARATE_SETS = ("generalisation", "moe", "recipes", "architectures")
+SEPARATE_SETS = ("generalisation", "moe", "recipes", "architectures", "families")
 
 
 def fresh_comparison(df: pd.DataFrame) -> list[dict[str, Any]]:

@@ -115,7 +115,8 @@ def fresh_markdown(df: pd.DataFrame) -> list[str]:
             "data/README.md). Aim: GPU-bound device-time MAPE "
             f"within {FRESH_MARGIN_PP:g} percentage point of the shipped profile's.", "",
             "The validation set is the 21 models the shipped profile's host costs were fitted on; the "
-            "generalisation (issue 25), moe and recipes sets take part in neither profile's fit.", "",
+            "generalisation (issue 25), architectures, families, moe and recipes sets take part in neither "
+            "profile's fit.", "",
             _md_table(["GPU", "configs", "GPU-bound configs", "shipped profile MAPE", "fresh profile MAPE",
                        "difference", "status"], table), ""]
 
