@@ -512,6 +512,19 @@ def _times_of(records, gpu_name="H100"):
     return table, device_times(table, gpu, gpu.max_clock_mhz, roofline_profile())[0]
 
 
+
+def test_a_dilated_channels_last_depthwise_layer_is_priced_as_the_h200_measured_it():
+    """The H200's suite measured MobileNetV3's dilated 5x5 depthwise layer 5.4-6.4x slower on channels-last
+    data than on NCHW data (shapes/conv.json dilated); its isolated `dilated` fit prices it so, where the
+    undilated fits priced the channels-last layer as the fast one."""
+    def priced_s(channels_last: bool) -> float:
+        conv = torch.nn.Conv2d(960, 960, 5, padding=4, dilation=2, groups=960, bias=False)
+        x = torch.empty(32, 960, 32, 32)
+        if channels_last:
+            conv, x = conv.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+        return gpuest.estimate(gpuest.trace(conv, (x,), precision="bf16"), gpu="H200").device_time_s
+    assert priced_s(channels_last=True) > 2.0 * priced_s(channels_last=False)
+
 def test_depthwise_convolution_runs_on_cuda_cores():
     """A grouped convolution narrower per group than a tensor-core MMA is priced at the fp32 SIMT peak
     (cuDNN's depthwise kernels); a dense one at its math mode's tensor-core peak."""
