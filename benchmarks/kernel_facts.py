@@ -683,7 +683,8 @@ def main() -> None:
                      pointwise_planes(gpu, rows), embedding_lookups(rows), bilinear_upsampling(rows),
                      rnn_step_times(rows), index_put_chains(rows), queued_kernel_gap(gpu, rows),
                      strided_operands(gpu, rows), channel_scales(rows), grouped_gemms(rows), tiny_inner_gemms(rows),
-                     mask_adds(rows), nhwc_eval_batch_norms(rows), fp16_depthwise(rows), branch_sums(rows), expanded_divides(rows), gathers_last_dim(rows)):
+                     mask_adds(rows), nhwc_eval_batch_norms(rows), fp16_depthwise(rows), branch_sums(rows),
+                     expanded_divides(rows), gathers_last_dim(rows)):
             print("  " + line)
     print(bandwidth_scaling())
     print(fp32_prefill_gemms())

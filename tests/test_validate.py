@@ -254,40 +254,25 @@ def test_the_test_split_is_the_committed_seeded_draw():
     assert len({c.key for c in configs}) == len(configs)
 
 
-def test_the_architectures_test_share_is_its_committed_seeded_draw():
-    """ARCHITECTURES_TEST_MODELS is random.Random(ARCHITECTURES_TEST_SEED)'s draw of a third of the set's
-    models; no model of the set is in another set, and its test configs are exactly those of the draw."""
-    from gpuest.evaluate.validation_set import (ARCHITECTURES_TEST_MODELS, MODELS, architectures_set,
-                                            draw_architectures_test_split, generalisation_set, moe_set,
-                                            recipes_set, test_split_models)
-    assert tuple(ARCHITECTURES_TEST_MODELS) == draw_architectures_test_split()
-    configs = architectures_set()
+@pytest.mark.parametrize("name", ["architectures", "families"])
+def test_a_drawn_set_s_test_share_is_its_committed_seeded_draw(name):
+    """<NAME>_TEST_MODELS is random.Random(<NAME>_TEST_SEED)'s draw of a third of the set's models; no model of
+    the set is in another set, and its test configs are exactly those of the draw (the others record per-op
+    times)."""
+    from gpuest.evaluate import validation_set as vs
+    test_models = getattr(vs, f"{name.upper()}_TEST_MODELS")
+    assert tuple(test_models) == getattr(vs, f"draw_{name}_test_split")()
+    configs = vs.get_set(name)
     models = {c.model for c in configs}
-    assert len(ARCHITECTURES_TEST_MODELS) * 3 >= len(models)
-    others = {m.spec for m in MODELS} | {c.model for c in generalisation_set() + moe_set() + recipes_set()}
+    assert len(test_models) * 3 >= len(models)
+    others = {m.spec for m in vs.MODELS} | {c.model for other in ("generalisation", "moe", "recipes", "architectures",
+                                                                   "families") if other != name
+                                            for c in vs.get_set(other)}
     assert not models & others
-    assert all((c.split == "test") == (c.model in ARCHITECTURES_TEST_MODELS) != c.per_op for c in configs)
-    assert set(ARCHITECTURES_TEST_MODELS) <= test_split_models()
+    assert all((c.split == "test") == (c.model in test_models) != c.per_op for c in configs)
+    assert set(test_models) <= vs.test_split_models()
     assert len({c.key for c in configs}) == len(configs) == 2 * len(models)
 
-
-
-def test_the_families_test_share_is_its_committed_seeded_draw():
-    """FAMILIES_TEST_MODELS is random.Random(FAMILIES_TEST_SEED)'s draw of a third of the set's models; no
-    model of the set is in another set, and its test configs are exactly those of the draw."""
-    from gpuest.evaluate.validation_set import (FAMILIES_TEST_MODELS, MODELS, architectures_set,
-                                            draw_families_test_split, families_set, generalisation_set, moe_set,
-                                            recipes_set, test_split_models)
-    assert tuple(FAMILIES_TEST_MODELS) == draw_families_test_split()
-    configs = families_set()
-    models = {c.model for c in configs}
-    assert len(FAMILIES_TEST_MODELS) * 3 >= len(models)
-    others = {m.spec for m in MODELS} | {c.model for c in generalisation_set() + moe_set() + recipes_set()
-                                          + architectures_set()}
-    assert not models & others
-    assert all((c.split == "test") == (c.model in FAMILIES_TEST_MODELS) != c.per_op for c in configs)
-    assert set(FAMILIES_TEST_MODELS) <= test_split_models()
-    assert len({c.key for c in configs}) == len(configs) == 2 * len(models)
 
 def test_the_recipes_set_probes_test_split_recipes_on_other_models_only():
     """The recipes set runs recipes the test split holds (pure bf16 inference, fp16 autocast training) on

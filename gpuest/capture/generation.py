@@ -54,7 +54,8 @@ def decoder_facts(model: nn.Module, name: str) -> DecoderFacts:
                               "(num layers and cache layer kinds); pass a transformers *ForCausalLM")
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     max_pos = getattr(text, "max_position_embeddings", None)
-    return DecoderFacts(max_positions=int(max_pos) if max_pos and max_pos > 0 else None, logits_to_keep="logits_to_keep" in params)
+    unbounded = not max_pos or max_pos < 0   # XLNet's -1: relative positions, no limit
+    return DecoderFacts(max_positions=None if unbounded else int(max_pos), logits_to_keep="logits_to_keep" in params)
 
 
 def _forward_params(model: nn.Module) -> set[str]:

@@ -327,9 +327,14 @@ def test_split_models() -> frozenset[str]:
 def architectures_set() -> list[ValidationConfig]:
     """Two recipes of each architectures-set model, test-share models marked `split="test"`; the others
     record per-op times (for finding mechanisms without looking at a test model)."""
-    return [replace(c, per_op=not c.split)
-            for c in _recipe_pairs(_ARCHITECTURES, _ARCHITECTURE_RECIPES, ARCHITECTURES_TEST_MODELS)]
+    return _drawn_set(_ARCHITECTURES, ARCHITECTURES_TEST_MODELS)
 
+
+def _drawn_set(models: list[tuple[str, str, int, int | None, int | None]],
+               test_models: tuple[str, ...]) -> list[ValidationConfig]:
+    """A draw of architectures in two recipes each (_recipe_pairs over _ARCHITECTURE_RECIPES), `test_models`
+    marked `split="test"` and the others recording per-op times."""
+    return [replace(c, per_op=not c.split) for c in _recipe_pairs(models, _ARCHITECTURE_RECIPES, test_models)]
 
 
 # ------------------------------------------------------------------ families set
@@ -395,8 +400,8 @@ def draw_families_test_split() -> tuple[str, ...]:
 def families_set() -> list[ValidationConfig]:
     """Two recipes of each families-set model, test-share models marked `split="test"`; the others record
     per-op times."""
-    return [replace(c, per_op=not c.split)
-            for c in _recipe_pairs(_FAMILIES, _ARCHITECTURE_RECIPES, FAMILIES_TEST_MODELS)]
+    return _drawn_set(_FAMILIES, FAMILIES_TEST_MODELS)
+
 
 # ------------------------------------------------------------------ mixture-of-experts set
 # Scaled-down Mixtral / Qwen2-MoE / Qwen3-MoE / OLMoE / GPT-OSS (gpuest/capture/hf_configs), both of

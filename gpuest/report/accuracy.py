@@ -72,8 +72,8 @@ def test_split_markdown(df: pd.DataFrame) -> list[str]:
     L = ["## Test split (headline)", "",
          f"The frozen test split: {t['n_models']} models of families the profiles never saw, drawn by seeded random "
          "samples before any was measured (`gpuest.evaluate.validation_set.TEST_MODELS`, `ARCHITECTURES_TEST_MODELS`, "
-         f"`FAMILIES_TEST_MODELS`, `MOE_TEST_KEYS`); never used to fit, tune or choose anything. {t['n_configs']} configs, calibrated "
-         "predictor.", ""]
+         f"`FAMILIES_TEST_MODELS`, `MOE_TEST_KEYS`); never used to fit, tune or choose anything. {t['n_configs']} "
+         "configs, calibrated predictor.", ""]
     rows = [[a["aim"], f"≤ {a['target_pct']:g} %", _pct(a["mape_pct"]), a["n"],
              "no data" if a["met"] is None else ("**met**" if a["met"] else "**not met**")] for a in t["aims"]]
     rows.append([f"predicted / measured device time within [{RATIO_BOUNDS[0]:g}, {RATIO_BOUNDS[1]:g}]", "every config",

@@ -36,13 +36,22 @@ def _convolution(call: OpCall) -> Cost:
     groups = int(call.arg("groups"))
     y = shape_of(tensors(call.out)[0])
     mnk, g = _conv_gemm(shape_of(x), shape_of(w), y, groups, transposed)
-    cudnn_depthwise = _cudnn_takes_depthwise(call, x, w, groups)
-    variant = "+".join(v for v in (_conv_variant(shape_of(w), transposed), _dilated(call),
-                                   CUDNN_DEPTHWISE_VARIANT if cudnn_depthwise else "") if v)
+    variant, cudnn_depthwise = _kernel_variant(call, x, w, groups, transposed)
     return replace(with_gemm(call, "conv", torch_flops(call), mnk, g), window=math.prod(shape_of(w)[2:]),
                    channels_last=is_channels_last(x), gemm_plane=_gemm_plane(shape_of(x), shape_of(w), y, groups),
                    variant=variant,
                    relayout_bytes=_relayout_bytes(x, tensors(call.out)[0], w, groups, cudnn_depthwise))
+
+
+def _kernel_variant(call: OpCall, x: Any, w: Any, groups: int, transposed: bool,
+                    weight_only: bool = False) -> tuple[str, bool]:
+    """(Cost.variant, whether cuDNN runs it as an fp16 depthwise layer) of a convolution or its backward:
+    its shape's variant, "weight_grad" for a backward of the weight gradient alone, DILATED_VARIANT and
+    CUDNN_DEPTHWISE_VARIANT, "+"-joined."""
+    cudnn_depthwise = _cudnn_takes_depthwise(call, x, w, groups)
+    parts = (_conv_variant(shape_of(w), transposed), "weight_grad" if weight_only else "", _dilated(call),
+             CUDNN_DEPTHWISE_VARIANT if cudnn_depthwise else "")
+    return "+".join(p for p in parts if p), cudnn_depthwise
 
 
 def _conv_variant(w: tuple, transposed: bool) -> str:
@@ -86,16 +95,13 @@ def _convolution_backward(call: OpCall) -> Cost:
     # over a deep K, run by cuDNN's weight-gradient kernels (variant "weight_grad"), not the forward's GEMM.
     weight_only = bool(mask[1]) and not mask[0]
     gemm = dgrad if mask[0] else (mnk[1], mnk[2], mnk[0]) if weight_only else mnk
-    cudnn_depthwise = _cudnn_takes_depthwise(call, x, w, groups)
-    variant = "+".join(v for v in (_conv_variant(shape_of(w), transposed), "weight_grad" if weight_only else "",
-                                   _dilated(call), CUDNN_DEPTHWISE_VARIANT if cudnn_depthwise else "") if v)
+    variant, cudnn_depthwise = _kernel_variant(call, x, w, groups, transposed, weight_only)
     cost = replace(with_gemm(call, "conv", flops, gemm, g, kernels),
                    window=window, channels_last=is_channels_last(x),
                    gemm_plane=_gemm_plane(shape_of(x), shape_of(w), shape_of(grad_out), groups),
                    variant=variant,
                    relayout_bytes=_relayout_bytes(x, grad_out, w, groups, cudnn_depthwise))
-    if mask[1] and not transposed and _runs_native_depthwise(shape_of(w), groups, is_channels_last(x),
-                                                             cudnn_depthwise):
+    if mask[1] and not transposed and _runs_native_depthwise(w, groups, x, cudnn_depthwise):
         # PyTorch's own depthwise weight gradient gives each weight a block that reduces over the batch
         # and the output positions: a row-wise reduction (Cost.row_count / row_len), not a GEMM.
         cost = replace(cost, row_count=math.prod(shape_of(w)),
@@ -107,16 +113,21 @@ def _relayout_bytes(x: Any, y: Any, w: Any, groups: int, cudnn_depthwise: bool) 
     """Cost.relayout_bytes of a convolution between activations `x` and `y` with weight `w`: both their
     bytes, 0 where PyTorch's own depthwise kernels run it (no cuDNN workspace). A backward that computes
     both gradients makes two cuDNN calls, one after the other, each holding one such workspace."""
-    if _runs_native_depthwise(shape_of(w), groups, is_channels_last(x), cudnn_depthwise):
+    if _runs_native_depthwise(w, groups, x, cudnn_depthwise):
         return 0.0
     return float(tensor_bytes(x) + tensor_bytes(y))
 
 
-def _runs_native_depthwise(w: tuple, groups: int, channels_last: bool, cudnn_depthwise: bool) -> bool:
+def _nchw_depthwise(w: Any, groups: int, x: Any) -> bool:
+    """2-D, one input channel per group, on NCHW data `x` (cuDNN takes channels-last depthwise convolutions)."""
+    ws = shape_of(w)
+    return groups > 1 and len(ws) == 4 and ws[1] == 1 and not is_channels_last(x)
+
+
+def _runs_native_depthwise(w: Any, groups: int, x: Any, cudnn_depthwise: bool) -> bool:
     """Whether PyTorch runs a convolution with weight `w` in its own depthwise kernels rather than cuDNN:
-    2-D, one input channel per group, NCHW data (cuDNN takes channels-last depthwise convolutions), and
-    not an fp16 one that cuDNN takes (`_cudnn_takes_depthwise`)."""
-    return groups > 1 and len(w) == 4 and w[1] == 1 and not channels_last and not cudnn_depthwise
+    an NCHW depthwise one (`_nchw_depthwise`) that is not an fp16 one cuDNN takes (`_cudnn_takes_depthwise`)."""
+    return _nchw_depthwise(w, groups, x) and not cudnn_depthwise
 
 
 # PyTorch hands a 2-D depthwise convolution of NCHW data to cuDNN instead of its own kernels only in fp16
@@ -134,16 +145,15 @@ CUDNN_DEPTHWISE_MIN_SIDE = 7
 
 def _cudnn_takes_depthwise(call: OpCall, x: Any, w: Any, groups: int) -> bool:
     """Whether cuDNN, not PyTorch's own kernels, runs this depthwise convolution of NCHW fp16 data."""
-    xs, ws = shape_of(x), shape_of(w)
-    if not (groups > 1 and len(ws) == 4 and ws[1] == 1 and len(xs) == 4 and not is_channels_last(x)):
+    if not _nchw_depthwise(w, groups, x) or _dilated(call):
         return False
     if getattr(x, "dtype", None) != torch.float16 or getattr(w, "dtype", None) != torch.float16:
         return False
+    xs, ws = shape_of(x), shape_of(w)
     stride = tuple(call.arg("stride")) if call.has_arg("stride") else (1, 1)
-    dilation = tuple(call.arg("dilation")) if call.has_arg("dilation") else (1, 1)
     transposed = bool(call.arg("transposed")) if call.has_arg("transposed") else False
     return (not transposed and ws[2] == ws[3] and ws[2] in CUDNN_DEPTHWISE_FILTERS
-            and len(set(stride)) == 1 and stride[0] in CUDNN_DEPTHWISE_STRIDES and set(dilation) == {1}
+            and len(set(stride)) == 1 and stride[0] in CUDNN_DEPTHWISE_STRIDES
             and xs[1] >= CUDNN_DEPTHWISE_MIN_CHANNELS and min(xs[2:]) >= CUDNN_DEPTHWISE_MIN_SIDE)
 
 
