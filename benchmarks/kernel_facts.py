@@ -117,6 +117,16 @@ def fp16_depthwise(rows: dict[str, dict]) -> str:
     return "fp16 NCHW depthwise, bf16 time / fp16 time: " + ", ".join(pairs)
 
 
+def dilated_depthwise(rows: dict[str, dict]) -> str:
+    """Dilated depthwise convolutions (shapes/conv.json dilated), forward, bf16: time on channels-last data
+    against NCHW data of the same shape."""
+    pairs = [f"C={m[1]} n{m[2]} {_us(row) / 1e3:.2f} ms vs {_us(rows[name[:-5]]) / 1e3:.2f} ms"
+             for name, row in sorted(rows.items())
+             if (m := re.fullmatch(r"conv2d_fwd_bf16_c(\d+)_\1_hw\d+_k\d+_s1_g\1_d\d+_n(\d+)_nhwc", name))
+             and name[:-5] in rows]
+    return "dilated depthwise, bf16 forward, NHWC vs NCHW: " + ", ".join(pairs)
+
+
 def branch_sums(rows: dict[str, dict]) -> str:
     """Sums over the branches of split-attention blocks (shapes/reduction.json branch_sums): bandwidth on NCHW
     and on channels-last data, where the kept run between two summed elements is the channels alone."""
@@ -684,7 +694,7 @@ def main() -> None:
                      rnn_step_times(rows), index_put_chains(rows), queued_kernel_gap(gpu, rows),
                      strided_operands(gpu, rows), channel_scales(rows), grouped_gemms(rows), tiny_inner_gemms(rows),
                      mask_adds(rows), nhwc_eval_batch_norms(rows), fp16_depthwise(rows), branch_sums(rows),
-                     expanded_divides(rows), gathers_last_dim(rows)):
+                     dilated_depthwise(rows), expanded_divides(rows), gathers_last_dim(rows)):
             print("  " + line)
     print(bandwidth_scaling())
     print(fp32_prefill_gemms())
