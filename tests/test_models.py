@@ -279,3 +279,14 @@ def test_file_errors(tmp_path):
         load_model(f"{path}:not_a_model")
     with pytest.raises(ModelSpecError, match="no factory"):
         load_model(str(path))
+
+
+def test_an_hf_sequence_beyond_its_position_table_is_refused_and_an_unbounded_one_is_not():
+    """A sequence longer than max_position_embeddings is a ModelSpecError naming the limit; XLNet's -1
+    (relative positions, no table) bounds nothing."""
+    from gpuest.errors import ModelSpecError
+    pytest.importorskip("transformers")
+    with pytest.raises(ModelSpecError, match="exceeds hf:bert-base-uncased's max_position_embeddings 512"):
+        load_model("hf:bert-base-uncased", batch=1, seq=513)
+    loaded = load_model("hf:xlnet-base", batch=1, seq=4096)
+    assert loaded.example_inputs["input_ids"].shape == (1, 4096)
