@@ -39,6 +39,8 @@ def test_a_host_beyond_the_resolved_range_is_clipped_and_marked():
         step["wall_s"] *= 1e3
     got = probe_host_scale(record, "H100")
     assert got.host_scale == pytest.approx(HOST_SCALE_RANGE[1]) and all(s.clipped for s in got.steps)
+    # On the range, never a rounding error past it (exp(log(10)) is 10.000000000000002).
+    assert got.host_scale <= HOST_SCALE_RANGE[1] and all(s.host_scale <= HOST_SCALE_RANGE[1] for s in got.steps)
     assert "(clipped)" in str(got)
 
 

@@ -99,7 +99,9 @@ def probe_host_scale(probe: Mapping[str, Any], gpu: str, profile: str | None = N
                                  f"{walls[0] * 1e3:.3f} to {walls[-1] * 1e3:.3f} ms over host scales "
                                  f"{HOST_SCALE_RANGE[0]:g}-{HOST_SCALE_RANGE[1]:g})")
         clipped = not walls[0] <= measured <= walls[-1]
-        scale = float(np.exp(np.interp(measured, walls, np.log(scales))))
+        # exp(log(10)) is 10.000000000000002: clip back onto the grid the scale was read from.
+        scale = float(np.clip(np.exp(np.interp(measured, walls, np.log(scales))), *HOST_SCALE_RANGE))
         out.append(StepScale(f"{key[0]} b{key[1]} {key[4]} {key[5]}", measured, float(np.interp(1.0, scales, walls)),
                              scale, clipped))
-    return HostScale(name, float(np.exp(np.mean([math.log(s.host_scale) for s in out]))), tuple(out))
+    mean = float(np.exp(np.mean([math.log(s.host_scale) for s in out])))
+    return HostScale(name, float(np.clip(mean, *HOST_SCALE_RANGE)), tuple(out))
