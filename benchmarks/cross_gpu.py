@@ -50,7 +50,7 @@ def predicted_s(table: NodeTable, owner: np.ndarray, n_rows: int, gpu: str, prof
 def correcting_gpus(table: NodeTable, gpu: str, profile, donors) -> list[str]:
     """Per node, the GPUs whose profiles correct it (device_time.correction_sources), joined by '+'."""
     sources = (profile, *donors)
-    use = correction_sources(table, effective_math_modes(table, get_gpu(gpu))[0], sources)
+    use = correction_sources(table, effective_math_modes(table, get_gpu(gpu))[0], sources, get_gpu(gpu))
     return ["+".join(p.gpu for p, u in zip(sources, col) if u) for col in use.T]
 
 

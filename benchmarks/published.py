@@ -56,14 +56,20 @@ class PublishedRow:
 
 # What the table shows about the model, in words (the figures are the table's, regenerated with it).
 FINDINGS = """What the rows say. A GPU without a profile of its own takes latencies and host costs from the
-nearest GPU calibrated with power, and each op's learned correction averaged over every shipped profile that
-measured that op (or its category) in its math mode: for the V100's and A100's FP32 convolutions and
-elementwise ops the public FP32 timings and the Hopper profiles, for TF32 and fp16 convolutions
-the Hopper profiles alone. Before, the nearest Hopper profile priced everything, and its FP32/TF32
-convolution corrections made the V100's FP32 steps far too slow. The same-chip column prices with the other
-board's public-data profile alone: close on the V100, far too fast on the A100, whose public data has no
-convolutions, TF32 or 16-bit rows. Small inference batches stay far off: their published latency is the
-2021 data pipeline and host, which the table does not score."""
+nearest GPU calibrated with power, and each op's learned correction from the shipped profiles that measured
+that op (or its category) in its math mode, those of its own compute capability first, else averaged over all
+of them (gpuest.price.device_time.correction_sources): the V100-SXM2's FP32 convolutions come from the
+V100-PCIe's public FP32 timings (the same GV100 chip), its fp16 ones and the A100-SXM4's TF32 and fp16
+convolutions from the Hopper profiles, which alone measured those modes. A GPU with its own profile borrows the
+same way only what its profile never measured: the T4's public FP32 profile has no fp16 rows, so its fp16
+convolutions take the Hopper corrections too. Before, every donor's correction was averaged (the FP32
+fits of the power-capped T4 and P4 among them: the V100-SXM2 came out 20-34 % too slow and the A100-SXM4
+slower than the A100-PCIe), and a time-only profile priced the modes it never saw with its FP32 fits. This change was made
+for that inconsistency between boards of one chip, with these rows already known: they are not a blind
+test of it. The same-chip column prices with the other board's public-data profile alone: close on the
+V100, far too fast on the A100, whose public data has no convolutions, TF32 or 16-bit rows. Small
+inference batches stay far off: their published latency is the 2021 data pipeline and host, which the
+table does not score."""
 
 
 def _dle(table: str, gpu: str, mode: str, precision: str, batch: int, img_s: float) -> PublishedRow:
@@ -153,7 +159,7 @@ def report(rows: tuple[PublishedRow, ...] = ROWS) -> str:
         "* prediction: throughput = batch / predicted wall time of one eager step (SGD with momentum, foreach; "
         "no data loading, no loss scaling), with the profile `gpuest.estimate` picks (`measured`: the "
         "GPU's own, for the T4 the one imported from public FP32 kernel timings; `transferred`: corrections "
-        "averaged over the profiles that measured each op in its math mode, see below)",
+        "from the profiles that measured each op in its math mode, same compute capability first, see below)",
         "",
         "| table | GPU | mode | precision | layout | batch | published img/s | predicted img/s | error % "
         "| profile | device-busy share | same-chip profile: img/s, error % | scored |",

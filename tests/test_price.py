@@ -958,26 +958,55 @@ def _conv_nodes() -> NodeTable:
                                    {**conv, "math_mode": "fp16", "dtype": "float16"}, relu])
 
 
-def test_a_gpu_without_profile_averages_the_corrections_of_every_gpu_that_measured_the_like():
-    """A V100-SXM2 has no profile: its latencies and power come from the nearest GPU measured with power, and
-    each node's correction is the mean over every other GPU whose profile saw that op or category in that
-    math mode: the FP32 convolution from all that timed FP32 convolutions (the public A100 data has none),
-    the fp16 one only from the Hopper profiles, since no public profile has tensor-core rows."""
+def _correcting_gpus(gpu_name: str) -> tuple[object, list[set[str]]]:
+    """The profile choice of a GPU and, per node of _conv_nodes, the GPUs whose profiles correct it."""
     from gpuest.price.device_time import correction_sources, effective_math_modes
     from gpuest.price.profile_choice import choose_profile
-    gpu = get_gpu("V100-SXM2-16GB")
+    gpu = get_gpu(gpu_name)
     choice = choose_profile(gpu)
-    assert choice.source == "transferred"
     sources = (choice.profile, *choice.donors)
     table = _conv_nodes()
-    use = correction_sources(table, effective_math_modes(table, gpu)[0], sources)
-    by_node = [{p.gpu for p, u in zip(sources[1:], col[1:]) if u} for col in use.T]
-    assert not use[0].any()     # every node here was measured on some GPU like it
-    assert "V100-PCIe-32GB" in by_node[0] and "A100-PCIe-40GB" not in by_node[0]
+    use = correction_sources(table, effective_math_modes(table, gpu)[0], sources, gpu)
+    return choice, [{p.gpu for p, u in zip(sources, col) if u} for col in use.T]
+
+
+def test_a_gpu_without_profile_takes_each_correction_from_the_nearest_gpus_that_measured_the_like():
+    """A V100-SXM2 has no profile: its latencies and power come from the nearest GPU measured with power, and
+    each node's correction from the GPUs whose profiles saw that op or category in that math mode, those of
+    its own compute capability first: the FP32 convolution and the ReLU from the V100-PCIe alone (the same
+    GV100 chip), the fp16 convolution, which no public profile has, averaged over the Hopper profiles. A
+    GPU whose compute capability nobody measured averages over every GPU that measured the like."""
+    choice, by_node = _correcting_gpus("V100-SXM2-16GB")
+    assert choice.source == "transferred"
+    assert by_node == [{"V100-PCIe-32GB"}, {"H100-SXM", "H200"}, {"V100-PCIe-32GB"}]
+    _, by_node = _correcting_gpus("L4")
+    assert "A100-PCIe-40GB" not in by_node[0] and {"V100-PCIe-32GB", "T4", "H100-SXM"} <= by_node[0]
     assert by_node[1] == {"H100-SXM", "H200"}
     assert {"V100-PCIe-32GB", "A100-PCIe-40GB", "H100-SXM"} <= by_node[2]
-    # A GPU with its own profile prices every node with it.
-    assert choose_profile(get_gpu("H100")).donors == ()
+
+
+def test_a_gpu_with_its_own_profile_borrows_only_what_its_profile_never_measured():
+    """Its own fits correct every op they saw in its math mode; a T4's public FP32 profile has no tensor-core
+    rows, so its fp16 convolution takes the Hopper profiles' corrections, as a GPU without a profile would."""
+    choice, by_node = _correcting_gpus("H100")
+    assert choice.source == "measured" and by_node == [{"H100-SXM"}] * 3
+    choice, by_node = _correcting_gpus("T4")
+    assert choice.source == "measured"
+    assert by_node == [{"T4"}, {"H100-SXM", "H200"}, {"T4"}]
+
+
+def test_boards_of_one_chip_price_alike():
+    """An SXM board of a chip whose PCIe board is calibrated is priced from that board's corrections: never
+    slower than it where its clocks and bandwidth are at least as high (before, the A100-SXM4 averaged every
+    GPU's FP32 fits and came out 1.4x slower than the A100-PCIe)."""
+    import torch
+    model = torch.nn.Sequential(torch.nn.Conv2d(64, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(64 * 28 * 28, 1024))
+    graph = gpuest.trace(model, (torch.empty(32, 64, 28, 28, device="meta"),))
+    for sxm, pcie in (("A100-SXM4-80GB", "A100-PCIe-40GB"), ("V100-SXM2-32GB", "V100-PCIe-32GB")):
+        assert get_gpu(sxm).max_clock_mhz >= get_gpu(pcie).max_clock_mhz
+        fast, slow = gpuest.estimate(graph, gpu=sxm), gpuest.estimate(graph, gpu=pcie)
+        assert fast.device_time_s <= slow.device_time_s * 1.02, (sxm, fast.device_time_s, slow.device_time_s)
 
 
 def test_a_stem_over_the_image_computes_only_its_weight_gradient_as_that_gemm():

@@ -236,24 +236,44 @@ def within_fit_range(fit: ResidualFit, x: np.ndarray) -> np.ndarray:
     return np.clip(x, np.asarray(fit.x_lo), np.asarray(fit.x_hi))
 
 
-def correction_sources(table: NodeTable, mode: np.ndarray, sources: tuple[Profile, ...]) -> np.ndarray:
-    """(sources x nodes) booleans: which of `sources` (the profile, then other GPUs' profiles) correct each
-    node. Every other GPU whose profile saw the node's op or category in its math mode does, their log
-    corrections averaged; where none did, the profile alone (also the only source when there is one). A
-    profile's own fits need not come from rows like the node's (public FP32 timings hold no tensor-core
-    rows; a Hopper's FP32 convolution fits say little of a V100's), and averaging over every GPU that
-    measured the like spreads one architecture's quirks thin."""
+def _compute_capability(name: str) -> str | None:
+    """The catalogue compute capability of the GPU a profile was fitted on; None for one not catalogued."""
+    try:
+        return get_gpu(name).compute_capability
+    except UnknownGPUError:
+        return None
+
+
+def correction_sources(table: NodeTable, mode: np.ndarray, sources: tuple[Profile, ...],
+                       gpu: GPUSpec | None = None) -> np.ndarray:
+    """(sources x nodes) booleans: which of `sources` (the profile pricing `gpu`, then other GPUs' profiles,
+    the donors) correct each node. A node takes the nearest tier of sources that saw its op or category in
+    its math mode: the profile itself where it is `gpu`'s own; else the donors of `gpu`'s compute capability
+    (the same SM design, for which cuBLAS and cuDNN pick the same kernels); else every donor that saw it,
+    their log corrections averaged; where none did, the profile alone (also the only source when there is
+    one). A profile's own fits need not come from rows like the node's (public FP32 timings hold no
+    tensor-core rows; a Hopper's FP32 convolution fits say little of a V100's), and averaging over every GPU
+    that measured the like spreads one architecture's quirks thin."""
     out = np.zeros((len(sources), len(table)), dtype=bool)
     if len(sources) == 1:
         out[0] = True
         return out
+    own = gpu is not None and sources[0].gpu == gpu.name
+    same_chip = np.array([False] + [gpu is not None and _compute_capability(p.gpu) == gpu.compute_capability
+                                    for p in sources[1:]])
     chosen: dict[tuple[str, str, str], np.ndarray] = {}
     for i, triple in enumerate(zip(table.fit_op.tolist(), table.category.tolist(), mode.tolist())):
         if triple not in chosen:
             op, category, m = triple
             names = (*op_keys(op, m)[1::2], category)   # the op, its variant-free and out-of-place forms
-            saw = np.array([False] + [any(p.saw(n, m) for n in names) for p in sources[1:]])
-            saw[0] = not saw.any()
+            saw = np.array([any(p.saw(n, m) for n in names) for p in sources])
+            if own and saw[0]:
+                saw[1:] = False
+            else:
+                saw[0] = False
+                if (saw & same_chip).any():
+                    saw &= same_chip
+                saw[0] = not saw.any()
             chosen[triple] = saw
         out[:, i] = chosen[triple]
     return out
@@ -419,8 +439,8 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
                  launch: str = "eager", donors: tuple[Profile, ...] = ()) -> tuple[DeviceTimes, list[str]]:
     """Price every node of `table` on `gpu` at `clock_mhz` (MHz; a scalar or one clock per node).
 
-    donors: profiles whose fits correct each node that one of them saw the like of, averaged
-    (correction_sources); `profile` corrects the rest and supplies everything else. The caller range-checks
+    donors: profiles of other GPUs, nearest first, whose fits correct the nodes `profile` cannot speak for
+    (correction_sources); `profile` supplies everything else. The caller range-checks
     clocks; compute peaks scale linearly with the SM clock."""
     here, notes = roofline_on(table, gpu)
     mode, work, memory, launches, dram_s, x = here.mode, here.work, here.memory_s, here.launches, here.dram_s, here.x
@@ -428,8 +448,9 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     compute = work / peak
     roof = np.maximum(compute, memory)
     sources = (profile, *donors)
-    use = correction_sources(table, mode, sources)
-    moved = tuple(moved_correction(table, gpu, here, p) for p in sources)
+    use = correction_sources(table, mode, sources, gpu)
+    # A donor that corrects no node here needs no roofline on its own GPU.
+    moved = tuple(moved_correction(table, gpu, here, p) if u.any() else None for p, u in zip(sources, use))
     log_eff, coef_var, resid_var, log_lo, log_hi, extrapolated = combined_correction(
         sources, use, table.fit_op, table.category, x, mode, moved)
     extrapolated = extrapolated.astype(bool)

@@ -18,9 +18,8 @@ class ProfileChoice:
     source: str          # "measured" | "transferred" | "prior" | "roofline" | "user"
     note: str
     power_note: str = ""  # where the power model comes from when the profile itself predicts time only
-    # Shipped profiles that record what they measured, nearest GPU first: each node's correction is averaged
-    # over those that saw its op or category in its math mode (price.device_time.correction_sources); only
-    # for a transferred profile.
+    # Other GPUs' shipped profiles that record what they measured, nearest GPU first: they correct the nodes
+    # whose op or category `profile` never saw in its math mode (price.device_time.correction_sources).
     donors: tuple[Profile, ...] = ()
 
 
@@ -85,6 +84,14 @@ def nearest_full_profile(gpu: GPUSpec, exclude: str | None = None) -> Profile | 
     return full[min(full, key=lambda name: _arch_distance(gpu, get_gpu(name)))] if full else None
 
 
+def _donors(gpu: GPUSpec, profile: Profile, measured: dict[str, Profile]) -> tuple[Profile, ...]:
+    """The shipped profiles of other GPUs that can correct `profile`'s nodes (they record what they measured
+    and read the same residual features), nearest `gpu` first."""
+    by_distance = sorted(measured, key=lambda name: (_arch_distance(gpu, get_gpu(name)), name))
+    return tuple(measured[n] for n in by_distance if n != gpu.name and measured[n].fitted_modes
+                 and measured[n].residual_features == profile.residual_features)
+
+
 def _choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) -> ProfileChoice:
     """profile: None (automatic), a Profile, a path to a profile JSON, "prior", "roofline", or a catalogue
     GPU name or alias with a shipped profile ("H100": price with the H100's calibration). An existing file
@@ -109,21 +116,25 @@ def _choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) -
         return ProfileChoice(loaded, "user", f"profile {profile}")
     measured = shipped_profiles()
     if gpu.name in measured:
-        p = measured[gpu.name]
-        return ProfileChoice(p, "measured", f"calibrated profile of {gpu.name}")
+        # Its own fits correct every op they saw in its math mode; the rest (a public FP32 profile has no
+        # tensor-core rows) borrow from the GPUs that measured them (device_time.correction_sources).
+        own = measured[gpu.name]
+        donors = _donors(gpu, own, measured)
+        return ProfileChoice(own, "measured", f"calibrated profile of {gpu.name}"
+                             + ("; ops it never measured in their math mode take the corrections of "
+                                f"{', '.join(p.gpu for p in donors)}" if donors else ""), donors=donors)
     # The nearest GPU measured with power and every math mode supplies the latencies, host costs and power;
-    # each node's correction is the mean over every profile whose data saw its op or category in its math
-    # mode, public FP32 timings included (device_time.correction_sources).
+    # each node's correction comes from the profiles whose data saw its op or category in its math mode,
+    # those of the GPU's own compute capability first, public FP32 timings included
+    # (device_time.correction_sources).
     nearest = nearest_full_profile(gpu)
     if nearest is None:
         return ProfileChoice(prior_profile(), "prior", "no calibrated GPU available: prior assumptions")
-    by_distance = sorted(measured, key=lambda name: (_arch_distance(gpu, get_gpu(name)), name))
-    donors = tuple(measured[n] for n in by_distance
-                   if measured[n].fitted_modes and measured[n].residual_features == nearest.residual_features)
+    donors = _donors(gpu, nearest, measured)
     lenders = ", ".join(p.gpu for p in donors)
     return ProfileChoice(nearest, "transferred",
                          f"no calibration for {gpu.name}: latencies and host costs from {nearest.gpu}; "
-                         + (f"each op's efficiency averaged over the profiles that measured it in its math mode "
-                            f"({lenders})" if donors else f"efficiencies from {nearest.gpu}")
+                         + (f"each op's efficiency from the profiles that measured it in its math mode, those of "
+                            f"compute capability {gpu.compute_capability} first, else averaged ({lenders})" if donors else f"efficiencies from {nearest.gpu}")
                          + " (features normalised to each GPU's ridge point and SM count)",
                          donors=donors)
