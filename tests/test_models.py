@@ -290,3 +290,12 @@ def test_an_hf_sequence_beyond_its_position_table_is_refused_and_an_unbounded_on
         load_model("hf:bert-base-uncased", batch=1, seq=513)
     loaded = load_model("hf:xlnet-base", batch=1, seq=4096)
     assert loaded.example_inputs["input_ids"].shape == (1, 4096)
+
+
+def test_parameters_made_by_a_legacy_constructor_land_on_the_requested_device():
+    """XLNet makes its attention weights with torch.FloatTensor(...), which ignores the default device: built
+    for the GPU they stayed on the CPU and its first einsum failed there (the H200 families run). The loader
+    moves every parameter to the device it was asked for."""
+    pytest.importorskip("transformers")
+    lm = load_model("hf:xlnet-base", batch=1, seq=16)
+    assert _all_meta(lm.model)

@@ -152,13 +152,15 @@ def _params_on_meta() -> Iterator[None]:
 
 
 def _construct(build: Any, device: torch.device) -> nn.Module:
-    """`build()` on `device`; on meta, falls back to per-parameter meta placement if needed."""
+    """`build()` on `device`; on meta, falls back to per-parameter meta placement if needed. A parameter made
+    by a legacy constructor (`torch.FloatTensor(...)`, XLNet's attention weights) ignores the default device
+    and is moved there after the build."""
     if device.type != "meta":
         with torch.device(device):
-            return build()
+            return build().to(device)
     try:
         with torch.device("meta"):
-            return build()
+            return build().to(device)
     except (NotImplementedError, RuntimeError) as exc:
         if "meta" not in str(exc).lower():
             raise

@@ -1,0 +1,91 @@
+"""Device probe: how long one multi-tensor (foreach) launch's chunk walk takes per step when its inputs come
+from DRAM and when the kernel before it just wrote them (still in L2), as an optimizer step's chain of
+foreach ops over a small model's tensors reads them.
+
+Usage (on a GPU): python3 benchmarks/foreach_walk_probe.py --out OUT.jsonl
+One row per (op, tensors, elements, dtype): the median time of the foreach call alone on cold inputs (one of
+several sets together at least 3x L2, untouched since last used) and on warm ones (every list it reads
+written by a foreach multiply right before it), each timed between CUDA events queued behind a spin; the
+launches and walk steps gpuest prices for the call (formulas.optimizer.foreach_launches). Clocks are left
+as found.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gpuest.annotate.formulas.optimizer import (FOREACH_TENSORS_PER_LAUNCH,  # noqa: E402
+                                                FOREACH_TENSORS_PER_LAUNCH_SCALAR_LIST, foreach_launches)
+
+REPEATS = 40
+# op: (tensor lists it reads, whether it takes one scalar per tensor, the call)
+OPS = {
+    "add_scalar": (1, False, lambda a: torch._foreach_add_(a, 1e-8)),
+    "mul_scalar": (1, False, lambda a: torch._foreach_mul_(a, 0.999)),
+    "sqrt": (1, False, lambda a: torch._foreach_sqrt(a)),
+    "lerp": (2, False, lambda a, b: torch._foreach_lerp_(a, b, 0.1)),
+    "addcmul": (3, False, lambda a, b, c: torch._foreach_addcmul_(a, b, c, value=0.001)),
+    "addcdiv": (3, True, lambda a, b, c: torch._foreach_addcdiv_(a, b, c, [-1e-3] * len(a))),
+}
+CASES = [(op, n, numel, dtype) for op in OPS for n, numel in ((8, 65536), (48, 65536), (48, 16384), (24, 262144))
+         for dtype in ("float32", "bfloat16")]
+
+
+def _time_us(before, op, sets) -> float:
+    """Median us of op(*set) alone, with before(*set) run just ahead of it (outside the timed span)."""
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(REPEATS + 5)]
+    torch.cuda.synchronize()
+    torch.cuda._sleep(50_000_000)  # keep the GPU busy while the host queues every call
+    for i, (start, end) in enumerate(events):
+        s = sets[i % len(sets)]
+        before(*s)
+        start.record()
+        op(*s)
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events[5:]) * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+    rows = []
+    for name, n, numel, dtype in CASES:
+        lists, scalar_list, call = OPS[name]
+        dt = getattr(torch, dtype)
+        set_bytes = lists * n * numel * dt.itemsize
+        count = max(2, -(-3 * l2 // set_bytes) + 1)
+        sets = [tuple([torch.rand(numel, device=dev, dtype=dt) + 0.5 for _ in range(n)] for _ in range(lists))
+                for _ in range(count)]
+        depth = lists + (1 if name == "sqrt" else 0)
+        per_launch = (FOREACH_TENSORS_PER_LAUNCH_SCALAR_LIST if scalar_list else FOREACH_TENSORS_PER_LAUNCH)[depth]
+        packed = foreach_launches([numel] * n, per_launch)
+        cold = _time_us(lambda *s: None, call, sets)
+        warm = _time_us(lambda *s: [torch._foreach_mul_(x, 1.0) for x in s], call, sets[:1])
+        rows.append({"op": name, "tensors": n, "numel": numel, "dtype": dtype, "set_mb": set_bytes / 2 ** 20,
+                     "l2_mb": l2 / 2 ** 20, "launches": packed.launches, "walk_steps": packed.chunk_walks,
+                     "cold_us": cold, "warm_us": warm})
+        del sets
+    meta = {"gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "repeats": REPEATS}
+    with open(args.out, "w") as f:
+        for r in rows:
+            f.write(json.dumps({**meta, **r}) + "\n")
+    for r in rows:
+        print(f"{r['op']:10s} {r['tensors']:3d}x{r['numel']:<7d} {r['dtype']:8s} {r['set_mb']:6.1f} MB "
+              f"{r['launches']} launches {r['walk_steps']:3d} steps: cold {r['cold_us']:6.1f} us, warm {r['warm_us']:6.1f} us")
+
+
+if __name__ == "__main__":
+    main()
