@@ -1439,3 +1439,21 @@ def test_inference_traces_a_parameter_view_passed_to_a_module():
     assert any(d["module"].endswith("block") for _, d in g.nodes(data=True))
     g = trace(_ClassTokenBlock(), (torch.randn(4, 3, 8),), mode="training")
     assert any(d["phase"] == "backward" and d["module"].endswith("block") for _, d in g.nodes(data=True))
+
+
+def test_fills_write_their_output_and_read_nothing():
+    """zeros_like/new_zeros take a tensor for its shape and dtype, fill_/zero_ overwrite theirs: each only
+    writes its output, and a small template does not make a new_zeros a broadcast read."""
+    class Fills(torch.nn.Module):
+        def forward(self, x, small):
+            a = torch.zeros_like(x)
+            b = small.new_zeros(x.shape)
+            c = torch.empty_like(x).fill_(2.0)
+            return a, b, c, x.clone().zero_()
+    x = torch.empty(64, 1024, dtype=torch.bfloat16)
+    graph = trace(Fills(), (x, torch.empty(4, dtype=torch.bfloat16)))
+    fills = [d for _, d in graph.nodes(data=True)
+             if d["op"].split(".")[1] in ("zeros_like", "new_zeros", "fill_", "zero_")]
+    assert len(fills) == 4
+    for d in fills:
+        assert d["bytes_read"] == 0 and d["bytes_written"] == x.numel() * 2 and not d["broadcast"], d["op"]

@@ -18,15 +18,26 @@ register_cost(*iter_ops([
     "_to_copy", "copy_", "clone", "scatter",
     "scatter_reduce",
     "index_copy", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
-    "constant_pad_nd", "reflection_pad2d", "replication_pad2d", "reflection_pad1d", "fill", "fill_",
-    "zero_", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones",
-    "new_full", "arange", "repeat", "flip", "masked_scatter", "_unsafe_view_copy",
+    "constant_pad_nd", "reflection_pad2d", "replication_pad2d", "reflection_pad1d",
+    "zeros", "ones", "full", "arange", "repeat", "flip", "masked_scatter", "_unsafe_view_copy",
     "select_backward", "slice_backward", "index_select_backward", "unfold_backward", "narrow_copy",
     "tril_indices", "triu_indices", "_reshape_copy", "expand_copy", "permute_copy", "view_copy",
     "embedding_renorm_", "eye", "linspace", "scalar_tensor", "_unsafe_masked_index",
     "_unsafe_masked_index_put_accumulate", "lift_fresh_copy",
     "randperm", "searchsorted", "bucketize", "one_hot", "_pin_memory", "resize_",
 ]))(by_category("copy"))
+
+
+# A fill writes its output and reads nothing: the tensor a `*_like` or `new_*` op takes gives it a shape and a
+# dtype only, and fill_/zero_ overwrite theirs (fill's value, when a tensor, is one element). Priced as a copy,
+# they had read their tensor too: DeBERTa-v3's 24 attention-gradient `new_zeros` came out 5.7x their per-op
+# time (non-test per-op rows of data/validation/H100-SXM-architectures.jsonl.gz).
+FILL_OPS = ("fill", "fill_", "zero_", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones", "new_full")
+
+
+@register_cost(*iter_ops(FILL_OPS))
+def _fill(call: OpCall) -> Cost:
+    return Cost(0.0, 0.0, unique_bytes(call.outputs), "copy")
 
 
 # CUDA's cat (cat_out_cuda, aten/src/ATen/native/cuda/Shape.cu) takes one of three paths. Inputs all
