@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,8 +22,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpuest.annotate.formulas.optimizer import (FOREACH_TENSORS_PER_LAUNCH,  # noqa: E402
                                                 FOREACH_TENSORS_PER_LAUNCH_SCALAR_LIST, foreach_launches)
-
-REPEATS = 40
+from gpuest.jsonl import write_text  # noqa: E402
+from l2_reuse_probe import REPEATS, _time_ms  # noqa: E402  (the same timing: alone, behind a spin)
 # op: (tensor lists it reads, whether it takes one scalar per tensor, the call)
 OPS = {
     "add_scalar": (1, False, lambda a: torch._foreach_add_(a, 1e-8)),
@@ -36,22 +35,6 @@ OPS = {
 }
 CASES = [(op, n, numel, dtype) for op in OPS for n, numel in ((8, 65536), (48, 65536), (48, 16384), (24, 262144))
          for dtype in ("float32", "bfloat16")]
-
-
-def _time_us(before, op, sets) -> float:
-    """Median us of op(*set) alone, with before(*set) run just ahead of it (outside the timed span)."""
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(REPEATS + 5)]
-    torch.cuda.synchronize()
-    torch.cuda._sleep(50_000_000)  # keep the GPU busy while the host queues every call
-    for i, (start, end) in enumerate(events):
-        s = sets[i % len(sets)]
-        before(*s)
-        start.record()
-        op(*s)
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events[5:]) * 1e3
 
 
 def main() -> None:
@@ -71,20 +54,19 @@ def main() -> None:
         depth = lists + (1 if name == "sqrt" else 0)
         per_launch = (FOREACH_TENSORS_PER_LAUNCH_SCALAR_LIST if scalar_list else FOREACH_TENSORS_PER_LAUNCH)[depth]
         packed = foreach_launches([numel] * n, per_launch)
-        cold = _time_us(lambda *s: None, call, sets)
-        warm = _time_us(lambda *s: [torch._foreach_mul_(x, 1.0) for x in s], call, sets[:1])
+        cold = _time_ms(lambda s: None, lambda s: call(*s), sets) * 1e3
+        warm = _time_ms(lambda s: [torch._foreach_mul_(x, 1.0) for x in s], lambda s: call(*s), sets[:1]) * 1e3
         rows.append({"op": name, "tensors": n, "numel": numel, "dtype": dtype, "set_mb": set_bytes / 2 ** 20,
                      "l2_mb": l2 / 2 ** 20, "launches": packed.launches, "walk_steps": packed.chunk_walks,
                      "cold_us": cold, "warm_us": warm})
         del sets
-    meta = {"gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__,
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "repeats": REPEATS}
-    with open(args.out, "w") as f:
-        for r in rows:
-            f.write(json.dumps({**meta, **r}) + "\n")
+    meta = {"gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__, "repeats": REPEATS,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    write_text(args.out, "".join(json.dumps({**meta, **r}) + "\n" for r in rows))
     for r in rows:
         print(f"{r['op']:10s} {r['tensors']:3d}x{r['numel']:<7d} {r['dtype']:8s} {r['set_mb']:6.1f} MB "
-              f"{r['launches']} launches {r['walk_steps']:3d} steps: cold {r['cold_us']:6.1f} us, warm {r['warm_us']:6.1f} us")
+              f"{r['launches']} launches {r['walk_steps']:3d} steps: cold {r['cold_us']:6.1f} us, "
+              f"warm {r['warm_us']:6.1f} us")
 
 
 if __name__ == "__main__":

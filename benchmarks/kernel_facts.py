@@ -138,6 +138,53 @@ def branch_sums(rows: dict[str, dict]) -> str:
     return "branch sums (TB/s): " + ", ".join(f"{k} {min(v):.2f}-{max(v):.2f}" for k, v in sorted(by.items()))
 
 
+def foreach_walks(gpu: str, rows: dict[str, dict]) -> str:
+    """Single foreach calls over a few multi-tensor launches (shapes/optimizer.json `foreach_walks`): time per
+    step of each launch's longest chunk walk once the profile's kernel latency per launch is taken off, and
+    the time their bytes take at the catalogue bandwidth, per benchmark."""
+    from gpuest.calibrate.retrace import retrace_nodes
+    from gpuest.catalog import get_gpu
+    from gpuest.profile import shipped_profiles
+
+    names = sorted(n for n in rows if n.startswith("foreach_walk_"))
+    if not names:
+        return "foreach walks: none measured"
+    nodes = retrace_nodes(names, jobs=1)
+    latency_s = shipped_profiles()[gpu].kernel_latency_s
+    bandwidth = get_gpu(gpu).memory_bandwidth_bytes_per_s
+    steps, cells = [], []
+    for name in names:
+        node = nodes[name][0]
+        moved_us = (node["bytes_read"] + node["bytes_written"]) / bandwidth * 1e6
+        walk_us = _us(rows[name]) - node["kernels"] * latency_s * 1e6
+        per_step = walk_us / node["chunk_walks"]
+        if node["chunk_walks"] >= 8 and moved_us < walk_us / 2:   # walk-bound: its bytes take under half
+            steps.append(per_step)
+        cells.append(f"{name.removeprefix('foreach_walk_')} {_us(rows[name]):.1f} us "
+                     f"({node['kernels']} launches, {node['chunk_walks']:.0f} steps, bytes {moved_us:.1f} us)")
+    return (f"foreach walks: {statistics.median(steps):.2f} us per step of the longest chunk walk (median of "
+            f"{len(steps)} walk-bound benchmarks, {min(steps):.2f}-{max(steps):.2f}); " + "; ".join(cells))
+
+
+def foreach_walk_probe(gpu: str) -> str:
+    """The foreach walk probe (data/kernels/<GPU>-foreach-walks.jsonl, benchmarks/foreach_walk_probe.py): time
+    per step of a 32-step chunk walk beyond the profile's kernel latency, median over its ops and dtypes, on
+    DRAM-cold inputs and on inputs the kernel before wrote (warm: only sets within half the L2)."""
+    from gpuest.profile import shipped_profiles
+
+    path = REPO / "data" / "kernels" / f"{gpu}-foreach-walks.jsonl"
+    if not path.exists():
+        return f"foreach walk probe: no data for {gpu}"
+    probe = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    latency_us = shipped_profiles()[gpu].kernel_latency_s * 1e6
+    whole = [r for r in probe if r["walk_steps"] == 32 and r["launches"] == 1]
+    cold = [(r["cold_us"] - latency_us) / 32 for r in whole]
+    warm = [(r["warm_us"] - latency_us) / 32 for r in whole if r["set_mb"] <= r["l2_mb"] / 2]
+    return (f"foreach walk probe: {statistics.median(cold):.2f} us per step cold ({min(cold):.2f}-{max(cold):.2f}, "
+            f"{len(cold)} calls), {statistics.median(warm):.2f} us warm ({min(warm):.2f}-{max(warm):.2f}, "
+            f"{len(warm)} calls within half the L2)")
+
+
 def mixed_add(rows: dict[str, dict]) -> str:
     ratios = [_us(r) / _us(rows[n.replace("bf16xfp32", "bf16")]) for n, r in rows.items()
               if "_bf16xfp32_" in n and _us(r) > 20]
@@ -694,9 +741,11 @@ def main() -> None:
                      rnn_step_times(rows), index_put_chains(rows), queued_kernel_gap(gpu, rows),
                      strided_operands(gpu, rows), channel_scales(rows), grouped_gemms(rows), tiny_inner_gemms(rows),
                      mask_adds(rows), nhwc_eval_batch_norms(rows), fp16_depthwise(rows), branch_sums(rows),
-                     dilated_depthwise(rows), expanded_divides(rows), gathers_last_dim(rows)):
+                     dilated_depthwise(rows), expanded_divides(rows), gathers_last_dim(rows),
+                     foreach_walks(gpu, rows)):
             print("  " + line)
     print(bandwidth_scaling())
+    print(foreach_walk_probe("H200"))
     print(fp32_prefill_gemms())
     print(persistent_rnn_steps())
     print(per_step_rnn_gemms())

@@ -1034,3 +1034,64 @@ def test_read_waste_is_the_share_of_fetched_sectors_a_permuted_op_leaves_unused(
                                     {**base, "permuted": False, "read_amplification": 1.0}])
     times, _ = device_times(table, get_gpu("H100"), 1980.0, prior_profile())
     assert times.features[:, RESIDUAL_FEATURES.index("read_waste")].tolist() == [0.0, 0.5, 0.9375, 0.0]
+
+
+def test_multi_tensor_launches_pack_as_aten_does():
+    """MultiTensorApply closes a launch at its tensor limit (after that tensor's last chunk) or at
+    FOREACH_BLOCKS_PER_LAUNCH chunks (a tensor split there counts in both launches); each launch walks its
+    longest chunk in steps of FOREACH_STEP_ELEMENTS; empty tensors take no place."""
+    from gpuest.annotate.formulas.optimizer import (FOREACH_BLOCKS_PER_LAUNCH, FOREACH_CHUNK_ELEMENTS,
+                                                    FOREACH_STEP_ELEMENTS, foreach_launches)
+    chunk, steps = FOREACH_CHUNK_ELEMENTS, FOREACH_CHUNK_ELEMENTS // FOREACH_STEP_ELEMENTS
+    assert foreach_launches([chunk] * 96, 48) == (2, 2 * steps)
+    assert foreach_launches([chunk] * 48 + [0] * 5 + [100], 48) == (2, steps + 1)
+    # 200 tensors of 16 chunks: 3200 blocks, 320 to a launch
+    assert foreach_launches([16 * chunk] * 200, 48) == (3200 // FOREACH_BLOCKS_PER_LAUNCH, 10 * steps)
+    assert foreach_launches([FOREACH_STEP_ELEMENTS + 1] * 10, 110) == (1, 2)
+    assert foreach_launches([], 48) == (0, 0)
+
+
+def test_a_foreach_launch_lasts_at_least_its_chunk_walk_faster_from_l2():
+    """A small model's optimizer step: each foreach node is priced at least its launches' chunk walks, a
+    step from DRAM for one reading state the step has not touched yet, from L2 for one reading only what
+    the kernel right before wrote (AdamW's sqrt of the second moments its addcmul_ just updated)."""
+    from gpuest.price.device_time import CHUNK_WALK_STEP_S
+    from gpuest.price.node_table import node_table
+    from gpuest.price.profile_choice import choose_profile
+    model = torch.nn.Sequential(*[torch.nn.Linear(256, 256, bias=False) for _ in range(8)])
+    graph = gpuest.trace(model, (torch.empty(4, 256, device="meta"),), mode="training", optimizer="adamw")
+    table = node_table(graph)
+    gpu = get_gpu("H100")
+    times, _ = device_times(table, gpu, gpu.max_clock_mhz, choose_profile(gpu).profile)
+    ops = table.op.tolist()
+    sqrt, lerp = ops.index("aten._foreach_sqrt.default"), ops.index("aten._foreach_lerp_.Scalar")
+    assert table.chunk_walks[sqrt] == table.chunk_walks[lerp] == 32    # 8 tensors of one whole chunk
+    assert times.roofline_s[lerp] == pytest.approx(32 * CHUNK_WALK_STEP_S["dram"])
+    assert times.roofline_s[sqrt] == pytest.approx(32 * CHUNK_WALK_STEP_S["l2"])
+    assert times.memory_s[lerp] < times.roofline_s[lerp] / 5    # its bytes alone would price it far faster
+    assert (times.device_s >= np.where(table.chunk_walks > 0, times.roofline_s, 0.0)).all()
+
+
+def test_a_multi_tensor_ops_host_time_follows_its_tensors_not_its_launches():
+    """ATen launches a foreach op over huge tensors many times (320 chunks a launch) and one over as many
+    small tensors once, but its host side works per tensor: both cost the host alike, while the device
+    pays the launches. The calibration fit splits host time into the same units (fit.host_costs)."""
+    from gpuest.price.host_timeline import host_parts, later_host_work
+    from gpuest.price.node_table import node_table
+    from gpuest.price.profile_choice import choose_profile
+
+    def optimizer_nodes(numel: int) -> NodeTable:
+        model = torch.nn.ParameterList([torch.nn.Parameter(torch.empty(numel, device="meta")) for _ in range(4)])
+        module = torch.nn.Module()
+        module.ps = model
+        module.forward = lambda x: sum(p.sum() for p in module.ps) * x
+        graph = gpuest.trace(module, (torch.ones((), device="meta"),), mode="training", optimizer="adamw")
+        return node_table(graph)
+    small, huge = optimizer_nodes(1024), optimizer_nodes(64 * 2 ** 20)
+    addcdiv = "aten._foreach_addcdiv_.ScalarList"
+    i, j = small.op.tolist().index(addcdiv), huge.op.tolist().index(addcdiv)
+    assert small.kernels[i] == 1 and huge.kernels[j] == 4 * 1024 // 320 + 1    # 4 x 1024 chunks
+    assert later_host_work(small)[i] == later_host_work(huge)[j] == 3
+    profile = choose_profile(get_gpu("H100")).profile
+    (lead_small, spread_small), (lead_huge, spread_huge) = (host_parts(t, profile, "eager") for t in (small, huge))
+    assert lead_small[i] + spread_small[i] == pytest.approx(lead_huge[j] + spread_huge[j])

@@ -115,6 +115,14 @@ class Cost:
     sums_columns: the op also sums its incoming gradient over all rows for each column (layer and RMS
         norm's weight and bias gradients): ATen gives each 32 columns a block that walks the rows in turn
         until there are enough rows to split them (gpuest.price.reduce_launch.column_walk_steps).
+    chunk_walks: for a multi-tensor op (foreach ops, fused optimizers: ATen's MultiTensorApply), the steps of
+        the longest chunk walk of each of its launches, summed over the launches: each block walks one chunk
+        of a tensor (up to 65536 elements) a block's width of elements at a time, each step waiting on its
+        loads, so a launch whose blocks are too few to fill the DRAM interface lasts as long as that walk
+        (formulas.optimizer). 0 for other ops.
+    list_tensors: for a multi-tensor op, the tensors in each of its lists: its host side handles them one by one
+        (grouping them by device and dtype, a step size per tensor, the launch metadata), so its host time
+        follows them, not its launches (price.host_timeline.later_host_work). 0 for other ops.
     relayout_bytes: for a convolution cuDNN runs (not PyTorch's own depthwise kernels), the bytes of the two
         activations each of its cuDNN calls transposes when it computes NCHW data in NHWC (forward: input and
         output; backward: output gradient and input); they are held in a workspace during the call
@@ -153,6 +161,8 @@ class Cost:
     atomic_adds: bool = False
     dependent_updates: float = 0.0
     sums_columns: bool = False
+    chunk_walks: float = 0.0
+    list_tensors: int = 0
     relayout_bytes: float = 0.0
 
     def __post_init__(self) -> None:

@@ -28,9 +28,10 @@ from scipy.spatial.distance import cdist
 from gpuest.catalog import GPUSpec, get_gpu
 from gpuest.errors import ProfileError
 from gpuest.jsonl import read_jsonl
-from gpuest.price.device_time import (RESIDUAL_CLIP, DeviceTimes, dependent_update_time_s, device_times, dram_floor_s,
-                                         fit_key, fit_keys, log_floor, persistent_step_time_s, persistent_steps,
-                                         within_fit_range)
+from gpuest.price.device_time import (RESIDUAL_CLIP, DeviceTimes, chunk_walk_s, dependent_update_time_s,
+                                         device_times, dram_floor_s, fit_key, fit_keys, log_floor,
+                                         persistent_step_time_s, persistent_steps, within_fit_range)
+from gpuest.price.host_timeline import later_host_work
 from gpuest.price.node_table import NodeTable
 from gpuest.price.profile_choice import roofline_profile
 from gpuest.price.features import RESIDUAL_FEATURES
@@ -220,9 +221,10 @@ def host_costs(rows: list[dict[str, Any]], fallback: dict[str, float]) -> dict[s
     """Per-category host dispatch cost (s) from the rows that measured it (host probes, and host-paced
     rows whose GPU was mostly idle); unmeasured categories keep the prior.
 
-    Where a category's rows launch different numbers of kernels per op from a host loop (cuDNN RNNs
-    over more or fewer time steps), non-negative least squares splits their host time into a cost per
-    op and a cost per later launch, `launch_<category>`; elsewhere the cost per op is the median."""
+    Where a category's rows do different amounts of host work per op from a host loop (cuDNN RNNs over more
+    or fewer time steps, foreach ops over more or fewer tensors: host_timeline.later_host_work), non-negative
+    least squares splits their host time into a cost per op and a cost per later unit, `launch_<category>`;
+    elsewhere the cost per op is the median."""
     by_cat: dict[str, list[tuple[float, float, float]]] = {}
     for r in rows:
         us = r.get("host_dispatch_us")
@@ -235,7 +237,7 @@ def host_costs(rows: list[dict[str, Any]], fallback: dict[str, float]) -> dict[s
         nodes = device_nodes(r) or r["nodes"]
         cats = [n["category"] for n in nodes]
         cat = max(set(cats), key=cats.count) if cats else "default"
-        extra = sum(max(int(n.get("kernels", 1)) - 1, 0) for n in nodes)
+        extra = float(later_host_work(NodeTable.from_records(nodes)).sum())
         by_cat.setdefault(cat, []).append((us * 1e-6, max(len(nodes), 1), extra))
     out = dict(fallback)
     for cat, obs in by_cat.items():
@@ -320,7 +322,8 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
         out.append(RowFeatures(dominant, str(table.fit_op[top]), str(times.effective_mode[top]),
                                math.log(after_latency / total_roof), weights @ times.features,
                                bool(r.get("holdout")), measured, r,
-                               float(weights @ log_floor(times.compute_s, dram_floor_s(table, gpu), roof))))
+                               float(weights @ log_floor(np.maximum(times.compute_s, chunk_walk_s(table, gpu)),
+                                                         dram_floor_s(table, gpu), roof))))
     return out
 
 

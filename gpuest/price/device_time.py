@@ -48,6 +48,14 @@ PERSISTENT_REGISTER_STEPS = 0.75
 # last one wrote (Cost.dependent_updates): on the H100 0.67 us per update in fp32 and 1.00 in bf16 over
 # run lengths 3-2047 (python3 benchmarks/kernel_facts.py), 10-20x an MoE expert bias's bytes.
 ACCUMULATE_UPDATE_S = {"32-bit": 6.7e-7, "16-bit": 1.0e-6}
+# A multi-tensor (foreach) launch gives each block one chunk of up to 65536 elements, which it walks 2048 at
+# a time, each step waiting on its loads (Cost.chunk_walks). On the H200 a 32-step walk took 0.67 us per
+# step beyond the kernel latency from DRAM (median of 36 calls of six ops, fp32 and bf16; 0.48-1.34) and
+# 0.31 us from L2, where the kernel before had just written every list it reads (0.26-0.60): 20-36 us and
+# 11-22 us where their bytes take 1-10 us (python3 benchmarks/kernel_facts.py, `foreach walk probe`; the
+# suite's walk benchmarks, DRAM-cold, 0.83). A small model's optimizer step is such launches: its foreach
+# ops ran 2-6x their bytes' time (the non-test per-op rows). The walk bounds the launch from below.
+CHUNK_WALK_STEP_S = {"dram": 6.7e-7, "l2": 3.1e-7}
 # A kernel queued behind another starts this long after it ends: the profile's kernel_latency_s (the
 # events_queued time per tiny kernel) holds it, device-busy time (the union of kernel intervals) does not.
 # 0.90 us on the H100, 0.99 on the H200 (python3 benchmarks/kernel_facts.py); the smaller is kept.
@@ -171,6 +179,16 @@ def persistent_step_time_s(table: NodeTable, grid_sync_s: float, step_s: float, 
     per serial step and spilled_s more per spilled one (persistent_steps)."""
     serial, spilled = persistent_steps(table)
     return table.grid_syncs * grid_sync_s + serial * step_s + spilled * spilled_s
+
+
+def chunk_walk_s(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
+    """Device time (s) of each node's multi-tensor launches when their chunk walks bound them
+    (Cost.chunk_walks), a floor under the node's roofline: each step from L2 where the kernel right before
+    wrote everything the node reads and that output stays in L2 (L2_ABSORBED_SHARE), else from DRAM."""
+    reads = table.bytes - table.bytes_written
+    warm = ((table.warm_read_bytes >= reads) & (reads > 0)
+            & (table.warm_producer_bytes <= gpu.l2_cache_bytes * L2_ABSORBED_SHARE))
+    return table.chunk_walks * np.where(warm, CHUNK_WALK_STEP_S["l2"], CHUNK_WALK_STEP_S["dram"])
 
 
 def dependent_update_time_s(table: NodeTable) -> np.ndarray:
@@ -446,7 +464,8 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     mode, work, memory, launches, dram_s, x = here.mode, here.work, here.memory_s, here.launches, here.dram_s, here.x
     peak = here.peak_ref * (np.asarray(clock_mhz, dtype=float) / gpu.peak_tflops_clock_mhz)
     compute = work / peak
-    roof = np.maximum(compute, memory)
+    walk = chunk_walk_s(table, gpu)
+    roof = np.maximum(np.maximum(compute, memory), walk)
     sources = (profile, *donors)
     use = correction_sources(table, mode, sources, gpu)
     # A donor that corrects no node here needs no roofline on its own GPU.
@@ -460,7 +479,7 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     # Outside its data a fit says little: the interval spans at least half the range its data showed.
     half_range = np.where(np.isfinite(log_hi - log_lo), (log_hi - log_lo) / 2, MAX_LOG_SD)
     resid_var = np.minimum(np.where(extrapolated, np.maximum(resid_var, half_range ** 2), resid_var), MAX_LOG_SD ** 2)
-    log_eff = np.clip(bounded, log_floor(compute, dram_s, roof), RESIDUAL_CLIP[1])
+    log_eff = np.clip(bounded, log_floor(np.maximum(compute, walk), dram_s, roof), RESIDUAL_CLIP[1])
     active = ~(table.free | table.host_only)
     lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
     sync_s, grid_s, step_s, spilled_s = (seconds_or_prior(profile, key) for key in (

@@ -36,16 +36,24 @@ class Timeline:
 
 
 def launch_cost(table: NodeTable, host_op_s: Mapping[str, float]) -> np.ndarray:
-    """Host seconds per kernel launch of each node that follows its op's first: `launch_<category>` where
-    the calibration measured that category's ops launching from a host loop, else the generic `launch`."""
+    """Host seconds per unit of each node's host work after its first (later_host_work: a kernel launch, or
+    a multi-tensor op's tensor): `launch_<category>` where the calibration measured that category's ops
+    working from a host loop, else the generic `launch`."""
     generic = host_op_s.get("launch", 0.0)
     per_launch = {c: host_op_s.get(f"launch_{c}", generic) for c in np.unique(table.category)}
     return table.map_category(per_launch, generic)
 
 
+def later_host_work(table: NodeTable) -> np.ndarray:
+    """Per node, the units of host work after its first that each cost a launch_cost: a multi-tensor op's
+    tensors after the first (Cost.list_tensors: its host side works per tensor), else its kernel launches
+    after the first."""
+    return np.where(table.list_tensors > 0, table.list_tensors - 1, np.maximum(table.kernels - 1, 0))
+
+
 def launch_costs(table: NodeTable, host_op_s: Mapping[str, float]) -> np.ndarray:
-    """Host seconds per node for its kernel launches after the first (launch_cost each)."""
-    return np.where(table.free, 0.0, launch_cost(table, host_op_s) * np.maximum(table.kernels - 1, 0))
+    """Host seconds per node for its host work after the first (later_host_work, launch_cost each)."""
+    return np.where(table.free, 0.0, launch_cost(table, host_op_s) * later_host_work(table))
 
 
 def host_parts(table: NodeTable, profile: Profile, launch: str, host_scale: float = 1.0) \

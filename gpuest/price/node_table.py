@@ -57,6 +57,8 @@ class NodeTable:
     atomic_adds: np.ndarray   # bool: accumulates into its output with atomic adds (a scatter)
     dependent_updates: np.ndarray  # serial read-modify-writes of one output row (Cost.dependent_updates)
     sums_columns: np.ndarray  # bool: also sums its gradient over the rows per column (Cost.sums_columns)
+    chunk_walks: np.ndarray   # steps of a multi-tensor op's longest chunk walk per launch, summed (Cost.chunk_walks)
+    list_tensors: np.ndarray  # tensors in each list of a multi-tensor op; 0 for other ops (Cost.list_tensors)
     free: np.ndarray          # bool: metadata-only, no kernel, no host dispatch worth pricing
     host_only: np.ndarray     # bool: runs on the CPU only
     supported: np.ndarray     # bool

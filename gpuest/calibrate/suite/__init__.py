@@ -44,7 +44,7 @@ from .fp16 import FP16_TWIN_CATEGORIES, FP16_TWIN_SHARE, _fp16_twins  # noqa: F4
 from .grouped import _grouped_gemm
 from .matmul import _matmul
 from .norm import _norm
-from .optimizer import OPTIMIZER_FACTORIES, _optimizer  # noqa: F401 (re-exported)
+from .optimizer import OPTIMIZER_FACTORIES, _foreach_walks, _optimizer  # noqa: F401 (re-exported)
 from .pool import _nhwc_spatial, _pool
 from .probes import _probes
 from .reduction import _reduction
@@ -63,8 +63,8 @@ def all_benchmarks(categories: Iterable[str] | None = None) -> list[Benchmark]:
     """
     grid: list[Benchmark] = []
     for family in (_matmul, _conv, _attention, _rnn, _elementwise, _activations_in_place, _reduction, _norm, _pool,
-                   _embedding, _copy, _optimizer, _probes, _nhwc_spatial, _index_put, _gathers, _strided_operands,
-                   _grouped_gemm):
+                   _embedding, _copy, _optimizer, _foreach_walks, _probes, _nhwc_spatial, _index_put, _gathers,
+                   _strided_operands, _grouped_gemm):
         family(grid)
     grid += _fp16_twins(grid)
     by_cat: dict[str, list[Benchmark]] = {}

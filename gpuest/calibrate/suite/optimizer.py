@@ -1,11 +1,12 @@
-"""Optimizer steps: foreach AdamW and SGD over many tensor counts and sizes (host-paced)."""
+"""Optimizer steps: foreach AdamW and SGD over many tensor counts and sizes (host-paced), and single
+foreach calls of their ops over a few multi-tensor launches."""
 from __future__ import annotations
 
 from typing import Sequence
 
 import torch
 
-from .base import Benchmark, Built, TraceSpec, _d, _est, _gen
+from .base import DTYPES, Benchmark, Built, TraceSpec, _d, _est, _gen, _randn
 from .shape_tables import shape_table
 
 
@@ -53,3 +54,34 @@ def _optimizer(out: list[Benchmark]) -> None:
                                  {"op": opt_name, "foreach": True, "dtype": "fp32", "tensors": count, "numel": size},
                                  build, est_ms=_est(0, nb) + 0.01 * count * 8 / 30,
                                  trace_cost_s=0.05 + count * 0.006, host_paced=True))
+
+
+# The foreach call each walk benchmark times (AdamW's addcdiv_ takes a list of step sizes, as its
+# non-capturable path does; add_ is SGD's, lerp_ and sqrt AdamW's moment updates), and how many tensor
+# lists it reads: in-place ops write their first list.
+FOREACH_WALK_CALLS = {
+    "addcdiv": (3, lambda a, b, c: torch._foreach_addcdiv_(a, b, c, [-1e-3] * len(a))),
+    "add": (2, lambda a, b: torch._foreach_add_(a, b, alpha=0.1)),
+    "lerp": (2, lambda a, b: torch._foreach_lerp_(a, b, 0.1)),
+    "sqrt": (1, torch._foreach_sqrt),
+}
+
+
+def _foreach_walks(out: list[Benchmark]) -> None:
+    for op, count, size, dtype in shape_table("optimizer", "foreach_walks"):
+        lists, call = FOREACH_WALK_CALLS[op]
+        tdtype = DTYPES[dtype]
+
+        def build(device: torch.device, seed: int, lists=lists, call=call, count=count, size=size,
+                  tdtype=tdtype) -> Built:
+            c, s = _d(count, device, 12), _d(size, device, 64)
+
+            def make_set(i: int) -> tuple:
+                return tuple([_randn((s,), tdtype, device, seed, (i * 8 + k) * 1000 + j) for j in range(c)]
+                             for k in range(lists))
+            return Built(call, make_set)
+        nb = count * size * tdtype.itemsize * (lists + 1)
+        tag = "" if dtype == "fp32" else f"_{dtype}"
+        out.append(Benchmark(f"foreach_walk_{op}_{count}x{size}{tag}", "optimizer",
+                             {"op": f"foreach_{op}", "tensors": count, "numel": size, "dtype": dtype},
+                             build, est_ms=_est(0, nb) + 0.02, trace_cost_s=0.05 + count * 0.002))
