@@ -705,6 +705,23 @@ def l2_warm_savings(gpu: str) -> str:
                         for op, v in sorted(by_op.items()) if op != "add_self"))
 
 
+def l2_warm_copy_savings(gpu: str) -> str:
+    """The L2 reuse probe's copies (data/kernels/<gpu>-l2-reuse-copies.jsonl, `--ops cast,clone`): warm over cold
+    time of inputs over 4 MB and at most L2_ABSORBED_SHARE of L2, and the share of a DRAM byte's time each
+    warm byte saves (a cast's warm input is 1/3 of its bytes from bf16, 2/3 from fp32; a clone's half)."""
+    from gpuest.price.device_time import L2_ABSORBED_SHARE
+    rows = _kernel_records(f"{gpu}-l2-reuse-copies")
+    warm_share = {("cast", "bfloat16"): 1 / 3, ("cast", "float32"): 2 / 3, ("clone", "bfloat16"): 0.5,
+                  ("clone", "float32"): 0.5}
+    by_op: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        if 4 < r["tensor_mb"] <= L2_ABSORBED_SHARE * r["l2_mb"]:
+            by_op.setdefault((r["op"], r["dtype"]), []).append(r["warm_over_cold"])
+    return (f"{gpu} L2 reuse of copies, warm over cold time and the saving per warm byte: "
+            + "; ".join(f"{op} from {dtype} {min(v):.2f}-{max(v):.2f}, {(1 - statistics.mean(v)) / warm_share[op, dtype]:.2f}"
+                        for (op, dtype), v in sorted(by_op.items())))
+
+
 def misaligned_gemms(gpu: str) -> str:
     """The misaligned-GEMM probe (data/kernels/<gpu>-misaligned-gemms.jsonl, benchmarks/misaligned_gemm_probe.py):
     per math mode and the alignment in bytes of the misaligned width's rows (the largest power of two up to 16
@@ -759,6 +776,7 @@ def main() -> None:
     print(rnn_reserves())
     for gpu in GPUS:
         print(l2_warm_savings(gpu))
+    print(l2_warm_copy_savings("H200"))
     for gpu in GPUS:
         print(misaligned_gemms(gpu))
 

@@ -3,7 +3,7 @@ it (still in L2) than when it reads it from DRAM, by tensor size. The calibratio
 through buffers of at least 3x L2, so every fit is of DRAM-cold reads; in a network an op often reads what
 the previous kernel wrote (an in-place ReLU after a batch norm).
 
-Usage (on a GPU): python3 benchmarks/l2_reuse_probe.py --out OUT.jsonl
+Usage (on a GPU): python3 benchmarks/l2_reuse_probe.py --out OUT.jsonl [--ops cast,clone]
 One row per (op, dtype, size): the median time of the op on a cold input (one of several buffers together
 at least 3x L2, untouched since it was last used) and on a warm one (written by a producer kernel right
 before it), each timed alone between CUDA events queued behind a spin; the GPU's clocks are left as found.
@@ -19,6 +19,12 @@ import torch
 
 SIZES_MB = (4, 8, 12, 16, 24, 32, 40, 48, 64, 96, 128)
 REPEATS = 40
+
+
+# The streaming ops timed; `cast` flips the dtype (a bf16 input is written as fp32 and back), `clone` copies.
+OPS = {"relu_": torch.relu_, "mul_scalar": lambda t: t.mul(2.0), "add_self": lambda t: torch.add(t, t),
+       "cast": lambda t: t.to(torch.float32 if t.dtype == torch.bfloat16 else torch.bfloat16),
+       "clone": torch.clone}
 
 
 def _time_ms(before, op, x) -> float:
@@ -41,11 +47,13 @@ def _time_ms(before, op, x) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--ops", default="relu_,mul_scalar,add_self",
+                    help=f"comma-separated, of {', '.join(OPS)} (default: the three of the committed runs)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     l2 = props.L2_cache_size
-    ops = {"relu_": torch.relu_, "mul_scalar": lambda t: t.mul(2.0), "add_self": lambda t: torch.add(t, t)}
+    ops = {name: OPS[name] for name in args.ops.split(",")}
     rows = []
     for dtype in (torch.bfloat16, torch.float32):
         for mb in SIZES_MB:
@@ -61,7 +69,7 @@ def main() -> None:
             torch.cuda.empty_cache()
     meta = {"gpu": props.name, "torch": torch.__version__, "cuda": torch.version.cuda,
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "repeats": REPEATS,
-            "command": "python3 benchmarks/l2_reuse_probe.py --out OUT.jsonl"}
+            "command": f"python3 benchmarks/l2_reuse_probe.py --out OUT.jsonl --ops {args.ops}"}
     with open(args.out, "w") as f:
         for r in rows:
             f.write(json.dumps({**meta, **r}) + "\n")

@@ -8,7 +8,7 @@ import torch
 
 import gpuest
 from gpuest.catalog import get_gpu
-from gpuest.price.device_time import L2_ABSORBED_SHARE, L2_WARM_SAVING, l2_warm_factor
+from gpuest.price.device_time import L2_ABSORBED_SHARE, L2_WARM_CATEGORIES, L2_WARM_SAVING, l2_warm_factor
 from gpuest.price.node_table import node_table
 from gpuest.profile import is_in_place
 
@@ -46,13 +46,13 @@ def test_a_relu_after_its_batch_norm_reads_what_the_batch_norm_wrote():
     assert t.warm_read_bytes[kernels[0]] == 0
 
 
-def test_only_memory_bound_elementwise_reads_of_an_l2_sized_output_are_cheaper():
+def test_only_memory_bound_elementwise_and_copy_reads_of_an_l2_sized_output_are_cheaper():
     h100 = get_gpu("H100")
     small, large = _table(16, 32), _table(64, 256, batch=16)
     for t in (small, large):
         factor = l2_warm_factor(t, h100, np.ones(len(t), dtype=bool))
         relu = t.op == "aten.relu_.default"
-        assert np.all(factor[t.category != "elementwise"] == 1.0)
+        assert np.all(factor[~np.isin(t.category, L2_WARM_CATEGORIES)] == 1.0)
         fits = t.warm_producer_bytes[relu][0] <= h100.l2_cache_bytes * L2_ABSORBED_SHARE
         expected = 1 - L2_WARM_SAVING["in_place"] * t.warm_read_bytes[relu] / t.bytes[relu] if fits else 1.0
         assert factor[relu] == pytest.approx(expected)
@@ -61,3 +61,16 @@ def test_only_memory_bound_elementwise_reads_of_an_l2_sized_output_are_cheaper()
     assert l2_warm_factor(large, h100, np.ones(len(large), dtype=bool))[large.op == "aten.relu_.default"][0] == 1.0
     # compute-bound nodes keep their time
     assert np.all(l2_warm_factor(small, h100, np.zeros(len(small), dtype=bool)) == 1.0)
+
+
+def test_a_cast_of_what_the_kernel_before_wrote_is_cheaper_like_an_out_of_place_op():
+    """Copies read warm bytes like elementwise ops (the H200's L2 probe of casts and clones): a bf16 cast of
+    a ReLU's fresh output keeps 1 - L2_WARM_SAVING["out_of_place"] x its warm share of its cold time."""
+    class ReluCast(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x).to(torch.bfloat16)
+    t = node_table(gpuest.trace(ReluCast(), (torch.empty(1024, 1024),)))
+    cast = int(np.flatnonzero(t.op == "aten._to_copy.default")[0])
+    assert t.category[cast] == "copy" and t.warm_read_bytes[cast] == 4 * 1024 * 1024
+    factor = l2_warm_factor(t, get_gpu("H100"), np.ones(len(t), dtype=bool))[cast]
+    assert factor == pytest.approx(1 - L2_WARM_SAVING["out_of_place"] * t.warm_read_bytes[cast] / t.bytes[cast])

@@ -76,7 +76,9 @@ L2_ABSORBED_SHARE = 0.5
 # takes 0.63-0.71 of its cold time with half its bytes warm, a warm scalar multiply 0.77-0.90; the H200's give
 # 0.48 and 0.29, the H100's are kept; python3 benchmarks/kernel_facts.py prints both).
 L2_WARM_SAVING = {"in_place": 0.69, "out_of_place": 0.34}
-L2_WARM_CATEGORIES = ("elementwise",)   # the ops the probe measured
+# The kinds of op the probe measured: elementwise ops, and copies (casts and clones on the H200 save 0.28-0.49
+# of a DRAM byte's time per warm byte, data/kernels/H200-l2-reuse-copies.jsonl; kernel_facts prints them).
+L2_WARM_CATEGORIES = ("elementwise", "copy")
 
 
 def resident_threads(gpu: GPUSpec) -> float:
