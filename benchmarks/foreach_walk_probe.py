@@ -20,18 +20,18 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpuest.annotate.formulas.optimizer import (FOREACH_TENSORS_PER_LAUNCH,  # noqa: E402
-                                                FOREACH_TENSORS_PER_LAUNCH_SCALAR_LIST, foreach_launches)
+from gpuest.annotate.formulas.optimizer import foreach_launches, tensors_per_launch  # noqa: E402
 from gpuest.jsonl import write_text  # noqa: E402
 from l2_reuse_probe import REPEATS, _time_ms  # noqa: E402  (the same timing: alone, behind a spin)
-# op: (tensor lists it reads, whether it takes one scalar per tensor, the call)
+# op: (tensor lists it reads, lists it touches: those read and a new one it writes, whether it takes one
+# scalar per tensor, the call)
 OPS = {
-    "add_scalar": (1, False, lambda a: torch._foreach_add_(a, 1e-8)),
-    "mul_scalar": (1, False, lambda a: torch._foreach_mul_(a, 0.999)),
-    "sqrt": (1, False, lambda a: torch._foreach_sqrt(a)),
-    "lerp": (2, False, lambda a, b: torch._foreach_lerp_(a, b, 0.1)),
-    "addcmul": (3, False, lambda a, b, c: torch._foreach_addcmul_(a, b, c, value=0.001)),
-    "addcdiv": (3, True, lambda a, b, c: torch._foreach_addcdiv_(a, b, c, [-1e-3] * len(a))),
+    "add_scalar": (1, 1, False, lambda a: torch._foreach_add_(a, 1e-8)),
+    "mul_scalar": (1, 1, False, lambda a: torch._foreach_mul_(a, 0.999)),
+    "sqrt": (1, 2, False, lambda a: torch._foreach_sqrt(a)),
+    "lerp": (2, 2, False, lambda a, b: torch._foreach_lerp_(a, b, 0.1)),
+    "addcmul": (3, 3, False, lambda a, b, c: torch._foreach_addcmul_(a, b, c, value=0.001)),
+    "addcdiv": (3, 3, True, lambda a, b, c: torch._foreach_addcdiv_(a, b, c, [-1e-3] * len(a))),
 }
 CASES = [(op, n, numel, dtype) for op in OPS for n, numel in ((8, 65536), (48, 65536), (48, 16384), (24, 262144))
          for dtype in ("float32", "bfloat16")]
@@ -45,15 +45,13 @@ def main() -> None:
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
     rows = []
     for name, n, numel, dtype in CASES:
-        lists, scalar_list, call = OPS[name]
+        lists, depth, scalar_list, call = OPS[name]
         dt = getattr(torch, dtype)
         set_bytes = lists * n * numel * dt.itemsize
         count = max(2, -(-3 * l2 // set_bytes) + 1)
         sets = [tuple([torch.rand(numel, device=dev, dtype=dt) + 0.5 for _ in range(n)] for _ in range(lists))
                 for _ in range(count)]
-        depth = lists + (1 if name == "sqrt" else 0)
-        per_launch = (FOREACH_TENSORS_PER_LAUNCH_SCALAR_LIST if scalar_list else FOREACH_TENSORS_PER_LAUNCH)[depth]
-        packed = foreach_launches([numel] * n, per_launch)
+        packed = foreach_launches([numel] * n, tensors_per_launch(depth, scalar_list))
         cold = _time_ms(lambda s: None, lambda s: call(*s), sets) * 1e3
         warm = _time_ms(lambda s: [torch._foreach_mul_(x, 1.0) for x in s], lambda s: call(*s), sets[:1]) * 1e3
         rows.append({"op": name, "tensors": n, "numel": numel, "dtype": dtype, "set_mb": set_bytes / 2 ** 20,

@@ -172,10 +172,9 @@ def foreach_walk_probe(gpu: str) -> str:
     DRAM-cold inputs and on inputs the kernel before wrote (warm: only sets within half the L2)."""
     from gpuest.profile import shipped_profiles
 
-    path = REPO / "data" / "kernels" / f"{gpu}-foreach-walks.jsonl"
-    if not path.exists():
+    if not (REPO / "data" / "kernels" / f"{gpu}-foreach-walks.jsonl").exists():
         return f"foreach walk probe: no data for {gpu}"
-    probe = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    probe = _kernel_records(f"{gpu}-foreach-walks")
     latency_us = shipped_profiles()[gpu].kernel_latency_s * 1e6
     whole = [r for r in probe if r["walk_steps"] == 32 and r["launches"] == 1]
     cold = [(r["cold_us"] - latency_us) / 32 for r in whole]
@@ -718,7 +717,8 @@ def l2_warm_copy_savings(gpu: str) -> str:
         if 4 < r["tensor_mb"] <= L2_ABSORBED_SHARE * r["l2_mb"]:
             by_op.setdefault((r["op"], r["dtype"]), []).append(r["warm_over_cold"])
     return (f"{gpu} L2 reuse of copies, warm over cold time and the saving per warm byte: "
-            + "; ".join(f"{op} from {dtype} {min(v):.2f}-{max(v):.2f}, {(1 - statistics.mean(v)) / warm_share[op, dtype]:.2f}"
+            + "; ".join(f"{op} from {dtype} {min(v):.2f}-{max(v):.2f}, "
+                        f"{(1 - statistics.mean(v)) / warm_share[op, dtype]:.2f}"
                         for (op, dtype), v in sorted(by_op.items())))
 
 

@@ -187,10 +187,8 @@ def chunk_walk_s(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
     """Device time (s) of each node's multi-tensor launches when their chunk walks bound them
     (Cost.chunk_walks), a floor under the node's roofline: each step from L2 where the kernel right before
     wrote everything the node reads and that output stays in L2 (L2_ABSORBED_SHARE), else from DRAM."""
-    reads = table.bytes - table.bytes_written
-    warm = ((table.warm_read_bytes >= reads) & (reads > 0)
-            & (table.warm_producer_bytes <= gpu.l2_cache_bytes * L2_ABSORBED_SHARE))
-    return table.chunk_walks * np.where(warm, CHUNK_WALK_STEP_S["l2"], CHUNK_WALK_STEP_S["dram"])
+    all_warm = reads_from_l2(table, gpu) & (table.warm_read_bytes >= table.bytes - table.bytes_written)
+    return table.chunk_walks * np.where(all_warm, CHUNK_WALK_STEP_S["l2"], CHUNK_WALK_STEP_S["dram"])
 
 
 def dependent_update_time_s(table: NodeTable) -> np.ndarray:
@@ -207,12 +205,17 @@ def dram_floor_s(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
     return np.where(absorbed, table.bytes - table.bytes_written, table.bytes) / gpu.memory_bandwidth_bytes_per_s
 
 
+def reads_from_l2(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
+    """bool per node: it reads bytes the kernel right before it wrote, and that kernel's output, at most
+    L2_ABSORBED_SHARE of the L2 cache, is still there."""
+    return (table.warm_read_bytes > 0) & (table.warm_producer_bytes <= gpu.l2_cache_bytes * L2_ABSORBED_SHARE)
+
+
 def l2_warm_factor(table: NodeTable, gpu: GPUSpec, memory_bound: np.ndarray) -> np.ndarray:
     """Per node, the share of its DRAM-cold time it keeps when the kernel right before it left what it
     reads in L2 (L2_WARM_SAVING): memory-bound elementwise nodes whose producer wrote at most
-    L2_ABSORBED_SHARE of the L2 cache; 1 elsewhere."""
-    hit = (memory_bound & np.isin(table.category, L2_WARM_CATEGORIES) & (table.warm_read_bytes > 0)
-           & (table.warm_producer_bytes <= gpu.l2_cache_bytes * L2_ABSORBED_SHARE))
+    L2_ABSORBED_SHARE of the L2 cache (reads_from_l2); 1 elsewhere."""
+    hit = memory_bound & np.isin(table.category, L2_WARM_CATEGORIES) & reads_from_l2(table, gpu)
     per_byte = np.where(table.in_place, L2_WARM_SAVING["in_place"], L2_WARM_SAVING["out_of_place"])
     warm_share = np.divide(table.warm_read_bytes, table.bytes, out=np.zeros(len(table)), where=table.bytes > 0)
     return np.where(hit, 1.0 - per_byte * warm_share, 1.0)

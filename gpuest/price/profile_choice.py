@@ -135,6 +135,7 @@ def _choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) -
     return ProfileChoice(nearest, "transferred",
                          f"no calibration for {gpu.name}: latencies and host costs from {nearest.gpu}; "
                          + (f"each op's efficiency from the profiles that measured it in its math mode, those of "
-                            f"compute capability {gpu.compute_capability} first, else averaged ({lenders})" if donors else f"efficiencies from {nearest.gpu}")
+                            f"compute capability {gpu.compute_capability} first, else averaged ({lenders})"
+                            if donors else f"efficiencies from {nearest.gpu}")
                          + " (features normalised to each GPU's ridge point and SM count)",
                          donors=donors)

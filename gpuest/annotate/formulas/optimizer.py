@@ -27,6 +27,13 @@ class ForeachLaunches(NamedTuple):
     chunk_walks: int     # steps of the longest chunk of each launch, summed over the launches
 
 
+def tensors_per_launch(depth: int, scalar_list: bool) -> int:
+    """Tensors MultiTensorApply takes into one launch of an op over `depth` tensor lists (read and written),
+    capped at the deepest its tables list, that takes one scalar per tensor or not."""
+    table = FOREACH_TENSORS_PER_LAUNCH_SCALAR_LIST if scalar_list else FOREACH_TENSORS_PER_LAUNCH
+    return table[min(max(depth, 1), max(table))]
+
+
 def foreach_launches(numels: Sequence[int], tensors_per_launch: int) -> ForeachLaunches:
     """Launches of a multi-tensor kernel over tensors of `numels` elements (in list order, empty ones
     skipped): a launch closes when it holds `tensors_per_launch` tensors or FOREACH_BLOCKS_PER_LAUNCH chunks,
@@ -58,10 +65,9 @@ def _foreach(flops_per_element: float):
         lists = [a for a in call.args if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
         scalar_list = any(isinstance(a, (list, tuple)) and a and not isinstance(a[0], torch.Tensor)
                           for a in call.args)
-        depth = min(max(len(lists) + (0 if tensors(call.out) == [] else 1), 1), 5)
-        per_launch = (FOREACH_TENSORS_PER_LAUNCH_SCALAR_LIST if scalar_list else FOREACH_TENSORS_PER_LAUNCH)[depth]
+        depth = len(lists) + (0 if tensors(call.out) == [] else 1)
         numels = [t.numel() for t in (lists[0] if lists else call.inputs)]
-        packed = foreach_launches(numels, per_launch)
+        packed = foreach_launches(numels, tensors_per_launch(depth, scalar_list))
         cost = generic_cost(call, category="optimizer", flops=flops_per_element * sum(numels),
                             kernels=max(1, packed.launches))
         return replace(cost, chunk_walks=float(packed.chunk_walks), list_tensors=len(numels))
