@@ -64,7 +64,7 @@ convolutions from the Hopper profiles, which alone measured those modes. A GPU w
 same way only what its profile never measured: the T4's public FP32 profile has no fp16 rows, so its fp16
 convolutions take the Hopper corrections too. Before, every donor's correction was averaged (the FP32
 fits of the power-capped T4 and P4 among them: the V100-SXM2 came out 20-34 % too slow and the A100-SXM4
-slower than the A100-PCIe), and a time-only profile priced the modes it never saw with its FP32 fits. This change was made
+slower than the A100-PCIe; this report at commit 89298ab), and a time-only profile priced the modes it never saw with its FP32 fits. This change was made
 for that inconsistency between boards of one chip, with these rows already known: they are not a blind
 test of it. The same-chip column prices with the other board's public-data profile alone: close on the
 V100, far too fast on the A100, whose public data has no convolutions, TF32 or 16-bit rows. Small

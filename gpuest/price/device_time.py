@@ -53,8 +53,8 @@ ACCUMULATE_UPDATE_S = {"32-bit": 6.7e-7, "16-bit": 1.0e-6}
 # step beyond the kernel latency from DRAM (median of 36 calls of six ops, fp32 and bf16; 0.48-1.34) and
 # 0.31 us from L2, where the kernel before had just written every list it reads (0.26-0.60): 20-36 us and
 # 11-22 us where their bytes take 1-10 us (python3 benchmarks/kernel_facts.py, `foreach walk probe`; the
-# suite's walk benchmarks, DRAM-cold, 0.83). A small model's optimizer step is such launches: its foreach
-# ops ran 2-6x their bytes' time (the non-test per-op rows). The walk bounds the launch from below.
+# suite's walk benchmarks, DRAM-cold, 0.83). A small model's optimizer step is such launches, priced by its
+# bytes well under its foreach ops' per-op times. The walk bounds the launch from below.
 CHUNK_WALK_STEP_S = {"dram": 6.7e-7, "l2": 3.1e-7}
 # A kernel queued behind another starts this long after it ends: the profile's kernel_latency_s (the
 # events_queued time per tiny kernel) holds it, device-busy time (the union of kernel intervals) does not.

@@ -30,8 +30,8 @@ register_cost(*iter_ops([
 
 # A fill writes its output and reads nothing: the tensor a `*_like` or `new_*` op takes gives it a shape and a
 # dtype only, and fill_/zero_ overwrite theirs (fill's value, when a tensor, is one element). Priced as a copy,
-# they had read their tensor too: DeBERTa-v3's 24 attention-gradient `new_zeros` came out 5.7x their per-op
-# time (non-test per-op rows of data/validation/H100-SXM-architectures.jsonl.gz).
+# they had read their tensor too, well over DeBERTa-v3's attention-gradient `new_zeros` in the non-test per-op
+# rows of data/validation/H100-SXM-architectures.jsonl.gz.
 FILL_OPS = ("fill", "fill_", "zero_", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones", "new_full")
 
 
