@@ -44,16 +44,19 @@ def _time_ms(before, op, x) -> float:
     return statistics.median(start.elapsed_time(end) for start, end in events[5:])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--ops", default="relu_,mul_scalar,add_self",
                     help=f"comma-separated, of {', '.join(OPS)} (default: the three of the committed runs)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    unknown = [name for name in args.ops.split(",") if name not in OPS]
+    if unknown:
+        ap.error(f"unknown --ops {', '.join(unknown)}; accepted: {', '.join(OPS)}")
+    ops = {name: OPS[name] for name in args.ops.split(",")}
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     l2 = props.L2_cache_size
-    ops = {name: OPS[name] for name in args.ops.split(",")}
     rows = []
     for dtype in (torch.bfloat16, torch.float32):
         for mb in SIZES_MB:

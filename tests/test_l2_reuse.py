@@ -74,3 +74,16 @@ def test_a_cast_of_what_the_kernel_before_wrote_is_cheaper_like_an_out_of_place_
     assert t.category[cast] == "copy" and t.warm_read_bytes[cast] == 4 * 1024 * 1024
     factor = l2_warm_factor(t, get_gpu("H100"), np.ones(len(t), dtype=bool))[cast]
     assert factor == pytest.approx(1 - L2_WARM_SAVING["out_of_place"] * t.warm_read_bytes[cast] / t.bytes[cast])
+
+
+def test_the_probe_refuses_an_op_it_does_not_define_before_looking_for_a_gpu(capsys):
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "l2_reuse_probe.py"
+    spec = importlib.util.spec_from_file_location("l2_reuse_probe", path)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    with pytest.raises(SystemExit):
+        probe.main(["--out", "x.jsonl", "--ops", "cast,memcpy"])
+    err = capsys.readouterr().err
+    assert "unknown --ops memcpy" in err and "accepted: relu_, mul_scalar, add_self, cast, clone" in err
