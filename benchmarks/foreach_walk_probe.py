@@ -12,17 +12,14 @@ as found.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpuest.annotate.formulas.optimizer import foreach_launches, tensors_per_launch  # noqa: E402
-from gpuest.jsonl import write_text  # noqa: E402
-from l2_reuse_probe import REPEATS, _time_ms  # noqa: E402  (the same timing: alone, behind a spin)
+from l2_reuse_probe import _time_ms, write_timed_rows  # noqa: E402  (the same timing: alone, behind a spin)
 # op: (tensor lists it reads, lists it touches: those read and a new one it writes, whether it takes one
 # scalar per tensor, the call)
 OPS = {
@@ -58,9 +55,7 @@ def main() -> None:
                      "l2_mb": l2 / 2 ** 20, "launches": packed.launches, "walk_steps": packed.chunk_walks,
                      "cold_us": cold, "warm_us": warm})
         del sets
-    meta = {"gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__, "repeats": REPEATS,
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    write_text(args.out, "".join(json.dumps({**meta, **r}) + "\n" for r in rows))
+    write_timed_rows(args.out, rows, dev)
     for r in rows:
         print(f"{r['op']:10s} {r['tensors']:3d}x{r['numel']:<7d} {r['dtype']:8s} {r['set_mb']:6.1f} MB "
               f"{r['launches']} launches {r['walk_steps']:3d} steps: cold {r['cold_us']:6.1f} us, "

@@ -14,6 +14,7 @@ import argparse
 import json
 import statistics
 from datetime import datetime, timezone
+from pathlib import Path
 
 import torch
 
@@ -42,6 +43,14 @@ def _time_ms(before, op, x) -> float:
         end.record()
     torch.cuda.synchronize()
     return statistics.median(start.elapsed_time(end) for start, end in events[5:])
+
+
+def write_timed_rows(out: str, rows: list[dict], device: torch.device, **extra) -> None:
+    """Write a probe's rows to `out` (JSON lines), each with the GPU, torch, REPEATS and the UTC date."""
+    meta = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "repeats": REPEATS, **extra,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text("".join(json.dumps({**meta, **r}) + "\n" for r in rows))
 
 
 def main(argv: list[str] | None = None) -> None:
