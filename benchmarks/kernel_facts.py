@@ -184,6 +184,23 @@ def foreach_walk_probe(gpu: str) -> str:
             f"{len(warm)} calls within half the L2)")
 
 
+def plane_walk_probe(gpu: str) -> str:
+    """The plane walk probe (data/kernels/<GPU>-plane-walks.jsonl, benchmarks/plane_walk_probe.py): time per
+    (sample, channel) plane of NCHW bilinear upsampling whose walk dominates (at least 4096 planes, at most
+    64 blocks: one wave), cold and warm (inputs within half the L2); and of bicubic and 1-D linear, cold."""
+    if not (REPO / "data" / "kernels" / f"{gpu}-plane-walks.jsonl").exists():
+        return f"plane walk probe: no data for {gpu}"
+    probe = [r for r in _kernel_records(f"{gpu}-plane-walks") if r["planes"] >= 4096 and r["blocks"] <= 64]
+    bilinear = [r for r in probe if r["mode"] == "bilinear"]
+    cold = [r["cold_us"] / r["planes"] for r in bilinear]
+    warm = [r["warm_us"] / r["planes"] for r in bilinear if r["input_mb"] <= r["l2_mb"] / 2]
+    others = [r["cold_us"] / r["planes"] for r in probe if r["mode"] != "bilinear"]
+    return (f"plane walk probe: bilinear {statistics.median(cold):.2f} us per plane cold ({min(cold):.2f}-"
+            f"{max(cold):.2f}, {len(cold)} calls), {statistics.median(warm):.2f} us warm ({min(warm):.2f}-"
+            f"{max(warm):.2f}, {len(warm)} calls within half the L2); bicubic and 1-D linear cold "
+            f"{min(others):.2f}-{max(others):.2f}")
+
+
 def mixed_add(rows: dict[str, dict]) -> str:
     ratios = [_us(r) / _us(rows[n.replace("bf16xfp32", "bf16")]) for n, r in rows.items()
               if "_bf16xfp32_" in n and _us(r) > 20]
@@ -763,6 +780,7 @@ def main() -> None:
             print("  " + line)
     print(bandwidth_scaling())
     print(foreach_walk_probe("H200"))
+    print(plane_walk_probe("H200"))
     print(fp32_prefill_gemms())
     print(persistent_rnn_steps())
     print(per_step_rnn_gemms())

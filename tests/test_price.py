@@ -1072,6 +1072,40 @@ def test_a_foreach_launch_lasts_at_least_its_chunk_walk_faster_from_l2():
     assert (times.device_s >= np.where(table.chunk_walks > 0, times.roofline_s, 0.0)).all()
 
 
+@pytest.mark.parametrize("mode,dims", [("bilinear", 2), ("bicubic", 2), ("linear", 1), ("trilinear", 3)])
+def test_an_nchw_interpolation_lasts_at_least_its_plane_walk_and_channels_last_does_not_walk(mode, dims):
+    """NCHW interpolation gives each output position a thread that walks the batch x channels planes in turn:
+    far more planes than the suite's upsamplings (128 x 1024 of 14x14) are priced at least planes x step, a
+    GPU holding fewer blocks at once walks again per wave, and channels-last data walks nothing."""
+    from gpuest.price.device_time import PLANE_WALK_STEP_S
+    from gpuest.price.node_table import node_table
+    from gpuest.price.profile_choice import choose_profile
+
+    def priced(shape, gpu_name, channels_last=False):
+        x = torch.empty(shape, device="meta")
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        up = torch.nn.Upsample(scale_factor=2, mode=mode)
+        table = node_table(gpuest.trace(up, (x,), precision="bf16"))
+        gpu = get_gpu(gpu_name)
+        times, _ = device_times(table, gpu, gpu.max_clock_mhz, choose_profile(gpu).profile)
+        k = [i for i, op in enumerate(table.op.tolist()) if "upsample" in op]
+        assert len(k) == 1
+        return table, times, k[0]
+    table, times, k = priced((128, 1024, *[14] * dims), "H100")
+    assert table.plane_walks[k] == 128 * 1024
+    assert times.device_s[k] >= 128 * 1024 * PLANE_WALK_STEP_S["dram"]
+    assert times.memory_s[k] < times.device_s[k] / 20    # its bytes alone would price it far faster
+    if dims == 2:
+        # 512x512 outputs make 256 blocks: one wave on the H100's 132 SMs, seven on the T4's 40 (one block each)
+        table, h100, k = priced((1, 64, 256, 256), "H100")
+        assert table.walk_blocks[k] == 256 and h100.roofline_s[k] >= 64 * PLANE_WALK_STEP_S["l2"]
+        _, t4, k = priced((1, 64, 256, 256), "T4")
+        assert t4.roofline_s[k] >= 4 * 64 * PLANE_WALK_STEP_S["l2"]
+        table, _, k = priced((128, 1024, 14, 14), "H100", channels_last=True)
+        assert table.plane_walks[k] == 0
+
+
 def test_a_multi_tensor_ops_host_time_follows_its_tensors_not_its_launches():
     """ATen launches a foreach op over huge tensors many times (320 chunks a launch) and one over as many
     small tensors once, but its host side works per tensor: both cost the host alike, while the device

@@ -876,14 +876,15 @@ def test_transposed_and_1d_convolutions_are_kernel_variants():
                                                          ("nearest", False, False)])
 def test_interpolation_of_nchw_planes_loops_over_them_serially(mode, channels_last, serial):
     """PyTorch's CUDA kernel for (bi)linear interpolation of contiguous NCHW data gives each thread an
-    output position and walks every (sample, channel) plane in turn; channels-last data and nearest
-    upsampling take kernels parallel over all outputs."""
+    output position (1024 to a block) and walks every (sample, channel) plane in turn; channels-last data
+    and nearest upsampling take kernels parallel over all outputs."""
     x = torch.empty(4, 6, 8, 8)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     graph = trace(torch.nn.Upsample(scale_factor=2, mode=mode), (x,))
     node, = [d for _, d in graph.nodes(data=True) if d["category"] == "pool"]
-    assert node["serial_steps"] == (4 * 6 if serial else 0)
+    assert node["plane_walks"] == (4 * 6 if serial else 0)
+    assert node["walk_blocks"] == (1 if serial else 0)    # 16 x 16 output positions
 
 
 def test_scatters_are_marked_as_atomic_accumulation():

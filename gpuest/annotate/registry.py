@@ -120,6 +120,11 @@ class Cost:
         of a tensor (up to 65536 elements) a block's width of elements at a time, each step waiting on its
         loads, so a launch whose blocks are too few to fill the DRAM interface lasts as long as that walk
         (formulas.optimizer). 0 for other ops.
+    plane_walks: for ATen's interpolation kernels over contiguous (NCHW) data, the (sample, channel) planes each
+        thread walks in turn: the grid has one thread per output position, and each step waits on its loads,
+        so a small output of many planes lasts as long as that walk (price.device_time.walk_floor_s). 0 for
+        other ops.
+    walk_blocks: the 1024-thread blocks of that grid: blocks beyond what the SMs hold at once walk again.
     list_tensors: for a multi-tensor op, the tensors in each of its lists: its host side handles them one by one
         (grouping them by device and dtype, a step size per tensor, the launch metadata), so its host time
         follows them, not its launches (price.host_timeline.later_host_work). 0 for other ops.
@@ -162,6 +167,8 @@ class Cost:
     dependent_updates: float = 0.0
     sums_columns: bool = False
     chunk_walks: float = 0.0
+    plane_walks: float = 0.0
+    walk_blocks: int = 0
     list_tensors: int = 0
     relayout_bytes: float = 0.0
 

@@ -28,7 +28,7 @@ from scipy.spatial.distance import cdist
 from gpuest.catalog import GPUSpec, get_gpu
 from gpuest.errors import ProfileError
 from gpuest.jsonl import read_jsonl
-from gpuest.price.device_time import (RESIDUAL_CLIP, DeviceTimes, chunk_walk_s, dependent_update_time_s,
+from gpuest.price.device_time import (RESIDUAL_CLIP, DeviceTimes, walk_floor_s, dependent_update_time_s,
                                          device_times, dram_floor_s, fit_key, fit_keys, log_floor,
                                          persistent_step_time_s, persistent_steps, within_fit_range)
 from gpuest.price.host_timeline import later_host_work
@@ -287,6 +287,11 @@ def host_limited(row: dict[str, Any], host_op_s: dict[str, float]) -> bool:
     return row["time_ms_median"] * 1e-3 < HOST_BOUND_MARGIN * host
 
 
+# A benchmark whose serial walks (device_time.walk_floor_s) take at least this share of its measured time
+# beyond latency is priced by the walk, not by a corrected roofline, and is left out of the residual fit.
+WALK_BOUND_SHARE = 0.5
+
+
 def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
                  host_op_s: dict[str, float] | None = None, sync_s: float = 0.0,
                  steps: PersistentStepCosts | None = None) -> list[RowFeatures]:
@@ -302,7 +307,8 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
             continue
         table = NodeTable.from_records(nodes)
         times, _ = device_times(table, gpu, row_clock(r, gpu), plain)
-        roof = times.roofline_s
+        # The correction scales the bandwidth-or-compute roofline; a serial walk is a floor beside it.
+        roof = np.maximum(times.compute_s, times.memory_s)
         total_roof = float(roof.sum())
         if total_roof <= 0:
             continue
@@ -312,6 +318,9 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
                  + float(persistent_step_time_s(table, *step_costs).sum())
                  + float(dependent_update_time_s(table).sum()))
         after_latency = max(measured - fixed, MIN_RESIDUAL_SHARE * measured)
+        # A benchmark its walk floor prices says nothing about how the roofline is corrected.
+        if float(walk_floor_s(table, gpu).sum()) >= WALK_BOUND_SHARE * after_latency:
+            continue
         cats = table.category
         dominant = max(set(cats.tolist()), key=lambda c: roof[cats == c].sum())
         # Features describe the fit's own nodes: a side node of another category (an RNN benchmark's
@@ -322,8 +331,7 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
         out.append(RowFeatures(dominant, str(table.fit_op[top]), str(times.effective_mode[top]),
                                math.log(after_latency / total_roof), weights @ times.features,
                                bool(r.get("holdout")), measured, r,
-                               float(weights @ log_floor(np.maximum(times.compute_s, chunk_walk_s(table, gpu)),
-                                                         dram_floor_s(table, gpu), roof))))
+                               float(weights @ log_floor(times.compute_s, dram_floor_s(table, gpu), roof))))
     return out
 
 

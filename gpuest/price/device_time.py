@@ -23,6 +23,7 @@ from ..profile import Profile, ResidualFit, mode_key, op_keys, seconds_or_prior
 from .features import (ALIGN_ELEMENTS, GEMM_TILE, RESIDUAL_FEATURES, FeatureInputs,  # noqa: F401 (re-exported)
                        residual_features)
 from .local_correction import local_corrections
+from ..annotate.formulas.pool import INTERPOLATE_BLOCK_THREADS
 from .arrays import map_values
 from .node_table import NodeTable
 from .reduce_launch import NodeLaunches, reduce_launches
@@ -56,6 +57,12 @@ ACCUMULATE_UPDATE_S = {"32-bit": 6.7e-7, "16-bit": 1.0e-6}
 # suite's walk benchmarks, DRAM-cold, 0.83). A small model's optimizer step is such launches, priced by its
 # bytes well under its foreach ops' per-op times. The walk bounds the launch from below.
 CHUNK_WALK_STEP_S = {"dram": 6.7e-7, "l2": 3.1e-7}
+# An NCHW interpolation kernel's thread walks every (sample, channel) plane in turn, each step waiting on its
+# loads (Cost.plane_walks): on the H200 a bilinear step took 0.38 us from DRAM (median of 15 calls of one
+# wave, 4096-32768 planes, fp32 and bf16; 0.33-0.42) and 0.20 us where the input was just written and fits
+# half the L2 (0.18-0.34); bicubic and 1-D linear steps 0.38-0.66 us (python3 benchmarks/kernel_facts.py,
+# `plane walk probe`). Blocks beyond the SMs' resident 1024-thread blocks walk again.
+PLANE_WALK_STEP_S = {"dram": 3.8e-7, "l2": 2.0e-7}
 # A kernel queued behind another starts this long after it ends: the profile's kernel_latency_s (the
 # events_queued time per tiny kernel) holds it, device-busy time (the union of kernel intervals) does not.
 # 0.90 us on the H100, 0.99 on the H200 (python3 benchmarks/kernel_facts.py); the smaller is kept.
@@ -183,12 +190,17 @@ def persistent_step_time_s(table: NodeTable, grid_sync_s: float, step_s: float, 
     return table.grid_syncs * grid_sync_s + serial * step_s + spilled * spilled_s
 
 
-def chunk_walk_s(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
-    """Device time (s) of each node's multi-tensor launches when their chunk walks bound them
-    (Cost.chunk_walks), a floor under the node's roofline: each step from L2 where the kernel right before
-    wrote everything the node reads and that output stays in L2 (L2_ABSORBED_SHARE), else from DRAM."""
+def walk_floor_s(table: NodeTable, gpu: GPUSpec) -> np.ndarray:
+    """Device time (s) of each node's serial walks, a floor under its roofline: a multi-tensor launch's chunk
+    walks (Cost.chunk_walks) and an NCHW interpolation's plane walk (Cost.plane_walks, once per wave of its
+    blocks); each step from L2 where the kernel right before wrote everything the node reads and that output
+    stays in L2 (L2_ABSORBED_SHARE), else from DRAM."""
     all_warm = reads_from_l2(table, gpu) & (table.warm_read_bytes >= table.bytes - table.bytes_written)
-    return table.chunk_walks * np.where(all_warm, CHUNK_WALK_STEP_S["l2"], CHUNK_WALK_STEP_S["dram"])
+    where = np.where(all_warm, "l2", "dram")
+    resident = gpu.sm_count * max(gpu.max_threads_per_sm // INTERPOLATE_BLOCK_THREADS, 1)
+    waves = np.maximum(np.ceil(table.walk_blocks / resident), 1.0)
+    return (table.chunk_walks * map_values(where, CHUNK_WALK_STEP_S, 0.0)
+            + table.plane_walks * waves * map_values(where, PLANE_WALK_STEP_S, 0.0))
 
 
 def dependent_update_time_s(table: NodeTable) -> np.ndarray:
@@ -469,8 +481,10 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     mode, work, memory, launches, dram_s, x = here.mode, here.work, here.memory_s, here.launches, here.dram_s, here.x
     peak = here.peak_ref * (np.asarray(clock_mhz, dtype=float) / gpu.peak_tflops_clock_mhz)
     compute = work / peak
-    walk = chunk_walk_s(table, gpu)
-    roof = np.maximum(np.maximum(compute, memory), walk)
+    walk = walk_floor_s(table, gpu)
+    # The learned part corrects the bandwidth-or-compute roofline; a serial walk, measured directly, floors it.
+    roof_bw = np.maximum(compute, memory)
+    roof = np.maximum(roof_bw, walk)
     sources = (profile, *donors)
     use = correction_sources(table, mode, sources, gpu)
     # A donor that corrects no node here needs no roofline on its own GPU.
@@ -484,7 +498,7 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     # Outside its data a fit says little: the interval spans at least half the range its data showed.
     half_range = np.where(np.isfinite(log_hi - log_lo), (log_hi - log_lo) / 2, MAX_LOG_SD)
     resid_var = np.minimum(np.where(extrapolated, np.maximum(resid_var, half_range ** 2), resid_var), MAX_LOG_SD ** 2)
-    log_eff = np.clip(bounded, log_floor(np.maximum(compute, walk), dram_s, roof), RESIDUAL_CLIP[1])
+    log_eff = np.clip(bounded, log_floor(compute, dram_s, roof_bw), RESIDUAL_CLIP[1])
     active = ~(table.free | table.host_only)
     lat_per_kernel = profile.graph_kernel_latency_s if launch == "graph" else profile.kernel_latency_s
     sync_s, grid_s, step_s, spilled_s = (seconds_or_prior(profile, key) for key in (
@@ -493,7 +507,8 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     latency = np.where(active, kernels * lat_per_kernel + table.host_syncs * sync_s
                        + persistent_step_time_s(table, grid_s, step_s, spilled_s)
                        + dependent_update_time_s(table), 0.0)
-    corrected = np.where(active, roof * np.exp(log_eff) * l2_warm_factor(table, gpu, memory > compute), 0.0)
+    corrected = np.where(active, np.maximum(roof_bw * np.exp(log_eff) * l2_warm_factor(table, gpu, memory > compute),
+                                            walk), 0.0)
     device = latency + corrected
     # Per kernel, busy time keeps at least the queued latency less the gap (a graph launch's shorter one stays).
     # Only latency-bound nodes: a longer kernel's tail overlaps its successor's start, so its gap hides (taken

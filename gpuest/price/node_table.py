@@ -58,6 +58,8 @@ class NodeTable:
     dependent_updates: np.ndarray  # serial read-modify-writes of one output row (Cost.dependent_updates)
     sums_columns: np.ndarray  # bool: also sums its gradient over the rows per column (Cost.sums_columns)
     chunk_walks: np.ndarray   # steps of a multi-tensor op's longest chunk walk per launch, summed (Cost.chunk_walks)
+    plane_walks: np.ndarray   # planes each thread of an NCHW interpolation walks in turn (Cost.plane_walks)
+    walk_blocks: np.ndarray   # 1024-thread blocks of that walking grid (Cost.walk_blocks)
     list_tensors: np.ndarray  # tensors in each list of a multi-tensor op; 0 for other ops (Cost.list_tensors)
     free: np.ndarray          # bool: metadata-only, no kernel, no host dispatch worth pricing
     host_only: np.ndarray     # bool: runs on the CPU only

@@ -1,5 +1,5 @@
 """Cost formulas of pooling, interpolation and sampling: the window each output reads, the atomic adds of
-their gradients, and NCHW interpolation's serial walk over the planes."""
+their gradients, and NCHW interpolation's walk over the planes."""
 from __future__ import annotations
 
 import math
@@ -30,6 +30,7 @@ register_cost(*iter_ops([
     "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward", "adaptive_max_pool2d_backward",
 ]))(by_category("pool", flops_per_input=1.0))
 _RESAMPLE = by_category("pool", flops_per_output=4.0)
+INTERPOLATE_BLOCK_THREADS = 1024   # UpSample*.cu launch min(maxThreadsPerBlock, 1024) threads a block
 register_cost(*iter_ops([
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact2d",
     "upsample_nearest2d_backward", "_upsample_bilinear2d_aa", "grid_sampler_2d", "im2col", "col2im",
@@ -45,14 +46,14 @@ register_cost(*iter_ops(["upsample_bilinear2d_backward", "upsample_bicubic2d_bac
 
 @register_cost(*iter_ops(["upsample_bilinear2d", "upsample_bicubic2d", "upsample_linear1d", "upsample_trilinear3d"]))
 def _interpolate(call: OpCall) -> Cost:
-    # PyTorch's CUDA kernel for interpolating contiguous (NCHW) data gives each thread one output
-    # position and loops over every (sample, channel) plane in turn: 2x bilinear upsampling of
-    # 32 x 256 fp32 planes of 32x32 took 3.2 ms on the H100, of 8 x 128 planes of 128x128 (as many
-    # outputs, 16x the positions) 0.46 ms (python3 benchmarks/kernel_facts.py). Channels-last data takes
-    # a kernel parallel over all outputs.
+    # PyTorch's CUDA kernels for interpolating contiguous (NCHW) data give each thread one output
+    # position and loop over every (sample, channel) plane in turn (Cost.plane_walks); channels-last
+    # data takes a kernel parallel over all outputs.
     cost = _RESAMPLE(call)
     x = call.first_arg
     shape = shape_of(x)
-    if len(shape) < 3 or is_channels_last(x):
+    if len(shape) < 3 or is_channels_last(x) or not call.outputs:
         return cost
-    return replace(cost, serial_steps=float(shape[0] * shape[1]))
+    positions = math.prod(shape_of(call.outputs[0])[2:])
+    return replace(cost, plane_walks=float(shape[0] * shape[1]),
+                   walk_blocks=math.ceil(positions / INTERPOLATE_BLOCK_THREADS))
