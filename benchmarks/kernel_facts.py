@@ -201,6 +201,26 @@ def plane_walk_probe(gpu: str) -> str:
             f"{min(others):.2f}-{max(others):.2f}")
 
 
+def fold_probe(gpu: str) -> str:
+    """The fold probe (data/kernels/<GPU>-folds.jsonl, benchmarks/fold_probe.py): im2col's time per sample of
+    its batch for inputs under 2 MB (it grows with the batch, not the bytes), and col2im's time per column element
+    read, whatever the dtype (both dtypes, 3x3 stride-1 and 2x2 stride-2 windows, calls over 100 us)."""
+    if not (REPO / "data" / "kernels" / f"{gpu}-folds.jsonl").exists():
+        return f"fold probe: no data for {gpu}"
+    probe = _kernel_records(f"{gpu}-folds")
+    per_sample = [r["cold_us"] / r["batch"] for r in probe if r["op"] == "im2col" and r["read_mb"] < 2]
+    bytes_per = {"float32": 4, "bfloat16": 2}
+    per_element = {(r["kernel"], r["dtype"]): [] for r in probe}
+    for r in probe:
+        if r["op"] == "col2im" and r["cold_us"] > 100:
+            per_element[(r["kernel"], r["dtype"])].append(
+                r["cold_us"] * 1e6 / (r["read_mb"] * 2 ** 20 / bytes_per[r["dtype"]]))
+    cells = [f"{k}x{k} {dtype} {statistics.median(v):.1f}" for (k, dtype), v in sorted(per_element.items()) if v]
+    return (f"fold probe: im2col {statistics.median(per_sample):.1f} us per sample of small inputs "
+            f"({min(per_sample):.1f}-{max(per_sample):.1f}, {len(per_sample)} calls); col2im ps per column "
+            f"element read: " + ", ".join(cells))
+
+
 def mixed_add(rows: dict[str, dict]) -> str:
     ratios = [_us(r) / _us(rows[n.replace("bf16xfp32", "bf16")]) for n, r in rows.items()
               if "_bf16xfp32_" in n and _us(r) > 20]
@@ -781,6 +801,7 @@ def main() -> None:
     print(bandwidth_scaling())
     print(foreach_walk_probe("H200"))
     print(plane_walk_probe("H200"))
+    print(fold_probe("H200"))
     print(fp32_prefill_gemms())
     print(persistent_rnn_steps())
     print(per_step_rnn_gemms())
