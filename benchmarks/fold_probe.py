@@ -9,7 +9,6 @@ the bytes it reads and writes. Clocks are left as found.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from l2_reuse_probe import _time_ms, write_timed_rows  # noqa: E402  (the same timing: alone, behind a spin)
+from l2_reuse_probe import _time_ms, probe_setup, write_timed_rows  # noqa: E402  (the same timing: alone, behind a spin)
 
 # (batch, channels, side, kernel, stride, padding): outlook-attention-like 3x3 s1 windows, patch-like 2x2 s2
 CASES = [(n, c, side, k, s, p) for n in (8, 64) for c in (64, 192) for side in (14, 28, 56)
@@ -25,11 +24,7 @@ CASES = [(n, c, side, k, s, p) for n in (8, 64) for c in (64, 192) for side in (
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    dev = torch.device("cuda")
-    l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+    out, dev, l2 = probe_setup(__doc__)
     rows = []
     for n, c, side, k, s, p in CASES:
         for dtype in ("float32", "bfloat16"):
@@ -46,7 +41,7 @@ def main() -> None:
                              "padding": p, "dtype": dtype, "read_mb": in_bytes / 2 ** 20,
                              "written_mb": out_bytes / 2 ** 20, "cold_us": _time_ms(lambda x: None, call, sets) * 1e3})
                 del sets
-    write_timed_rows(args.out, rows, dev)
+    write_timed_rows(out, rows, dev)
     for r in rows:
         print(f"{r['op']:6s} n{r['batch']:<3d} c{r['channels']:<4d} {r['side']:3d}px k{r['kernel']}s{r['stride']} "
               f"{r['dtype']:8s} {r['read_mb']:8.1f} MB -> {r['written_mb']:8.1f} MB: {r['cold_us']:9.1f} us")

@@ -11,7 +11,6 @@ as found.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpuest.annotate.formulas.optimizer import foreach_launches, tensors_per_launch  # noqa: E402
-from l2_reuse_probe import _time_ms, write_timed_rows  # noqa: E402  (the same timing: alone, behind a spin)
+from l2_reuse_probe import _time_ms, probe_setup, write_timed_rows  # noqa: E402  (the same timing: alone, behind a spin)
 # op: (tensor lists it reads, lists it touches: those read and a new one it writes, whether it takes one
 # scalar per tensor, the call)
 OPS = {
@@ -35,11 +34,7 @@ CASES = [(op, n, numel, dtype) for op in OPS for n, numel in ((8, 65536), (48, 6
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    dev = torch.device("cuda")
-    l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+    out, dev, l2 = probe_setup(__doc__)
     rows = []
     for name, n, numel, dtype in CASES:
         lists, depth, scalar_list, call = OPS[name]
@@ -55,7 +50,7 @@ def main() -> None:
                      "l2_mb": l2 / 2 ** 20, "launches": packed.launches, "walk_steps": packed.chunk_walks,
                      "cold_us": cold, "warm_us": warm})
         del sets
-    write_timed_rows(args.out, rows, dev)
+    write_timed_rows(out, rows, dev)
     for r in rows:
         print(f"{r['op']:10s} {r['tensors']:3d}x{r['numel']:<7d} {r['dtype']:8s} {r['set_mb']:6.1f} MB "
               f"{r['launches']} launches {r['walk_steps']:3d} steps: cold {r['cold_us']:6.1f} us, "

@@ -45,6 +45,16 @@ def _time_ms(before, op, x) -> float:
     return statistics.median(start.elapsed_time(end) for start, end in events[5:])
 
 
+def probe_setup(doc: str) -> tuple[str, torch.device, int]:
+    """A probe's one argument, --out, parsed with its docstring's first line as description; the CUDA
+    device it times on and that device's L2 size in bytes."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    out = ap.parse_args().out
+    dev = torch.device("cuda")
+    return out, dev, torch.cuda.get_device_properties(dev).L2_cache_size
+
+
 def write_timed_rows(out: str, rows: list[dict], device: torch.device, **extra) -> None:
     """Write a probe's rows to `out` (JSON lines), each with the GPU, torch, REPEATS and the UTC date."""
     meta = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "repeats": REPEATS, **extra,

@@ -10,7 +10,6 @@ right before it), each timed between CUDA events queued behind a spin; the outpu
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from l2_reuse_probe import _time_ms, write_timed_rows  # noqa: E402  (the same timing: alone, behind a spin)
+from l2_reuse_probe import _time_ms, probe_setup, write_timed_rows  # noqa: E402  (the same timing: alone, behind a spin)
 
 THREADS_PER_BLOCK = 1024   # the kernels' launch: min(maxThreadsPerBlock, 1024)
 MAX_SET_BYTES = 1 << 30    # input and output of one call
@@ -35,11 +34,7 @@ CASES = ([("bilinear", planes, side, 2) for side in (7, 14, 32, 64, 128)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    dev = torch.device("cuda")
-    l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+    out, dev, l2 = probe_setup(__doc__)
     rows = []
     for mode, (n, c), side, scale in CASES:
         how, dims = MODES[mode]
@@ -63,7 +58,7 @@ def main() -> None:
                          "blocks": -(-positions // THREADS_PER_BLOCK), "planes": n * c,
                          "cold_us": cold, "warm_us": warm})
             del sets
-    write_timed_rows(args.out, rows, dev, sm_count=torch.cuda.get_device_properties(dev).multi_processor_count)
+    write_timed_rows(out, rows, dev, sm_count=torch.cuda.get_device_properties(dev).multi_processor_count)
     for r in rows:
         print(f"{r['mode']:9s} {str(r['shape']):22s} x{r['scale']} {r['dtype']:8s} {r['blocks']:5d} blocks "
               f"{r['planes']:6d} planes: cold {r['cold_us']:9.1f} us ({r['cold_us'] / r['planes']:.3f}/plane), "
