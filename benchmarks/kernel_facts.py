@@ -221,6 +221,30 @@ def fold_probe(gpu: str) -> str:
             f"element read: " + ", ".join(cells))
 
 
+def grouped_conv_probe(gpu: str) -> str:
+    """The convolution backward probe (data/kernels/<GPU>-conv-backward.jsonl, benchmarks/conv_backward_probe.py):
+    for grouped (not depthwise) layers, the weight gradient's time over the forward's, by kernel size and
+    channels per group (bf16 and fp32, both layouts), and the data gradient's over the forward's for 3x3 layers."""
+    if not (REPO / "data" / "kernels" / f"{gpu}-conv-backward.jsonl").exists():
+        return f"grouped conv: no data for {gpu}"
+    probe = _kernel_records(f"{gpu}-conv-backward")
+    times = {(r["case"], r["layout"], r["dtype"], r["direction"]): r["us"] for r in probe}
+    wgrad: dict[tuple[int, int], list[float]] = {}
+    dgrad: dict[int, list[float]] = {}
+    for r in probe:
+        groups, cin = r["groups"], r["input"][1]
+        if r["direction"] != "forward" or groups == 1 or groups == cin or len(r["input"]) != 4:
+            continue
+        cpg, kernel, key = cin // groups, r["weight"][-1], (r["case"], r["layout"], r["dtype"])
+        wgrad.setdefault((kernel, cpg), []).append(times[(*key, "weight_grad")] / r["us"])
+        if kernel == 3:
+            dgrad.setdefault(cpg, []).append(times[(*key, "input_grad")] / r["us"])
+    return (f"grouped conv ({gpu}): weight gradient over forward by kernel x channels per group: "
+            + ", ".join(f"{k}x{k} {cpg}/group {min(v):.1f}-{max(v):.1f}" for (k, cpg), v in sorted(wgrad.items()))
+            + "; 3x3 data gradient over forward: "
+            + ", ".join(f"{cpg}/group {min(v):.1f}-{max(v):.1f}" for cpg, v in sorted(dgrad.items())))
+
+
 def mixed_add(rows: dict[str, dict]) -> str:
     ratios = [_us(r) / _us(rows[n.replace("bf16xfp32", "bf16")]) for n, r in rows.items()
               if "_bf16xfp32_" in n and _us(r) > 20]
@@ -802,6 +826,7 @@ def main() -> None:
     print(foreach_walk_probe("H200"))
     print(plane_walk_probe("H200"))
     print(fold_probe("H200"))
+    print(grouped_conv_probe("H200"))
     print(fp32_prefill_gemms())
     print(persistent_rnn_steps())
     print(per_step_rnn_gemms())
