@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuest.calibrate.fit import RawData, fit_profile, load_raw, load_validation
+from gpuest.calibrate.fit import RawData, fit_profile, load_raw, load_validation, resolve_shape_prior
 from gpuest.profile import load_profile, shipped_profiles
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,11 +42,18 @@ def test_refit_reproduces_committed_profiles():
         # The command the profile says made it (gpuest fit RAW -o OUT --validation FILE...), run again.
         command = committed["provenance"]["fitted_by"]
         words = shlex.split(command)
+        shape_prior = "auto"
+        if "--shape-prior" in words:   # gpuest fit's option, last on the command line
+            at = words.index("--shape-prior")
+            shape_prior = words[at + 1]
+            del words[at:at + 2]
         assert words[:2] == ["gpuest", "fit"] and words[3:5] == ["-o", out] and words[5] == "--validation", command
         raw_path, val_paths = words[2], words[6:]
         assert raw_path == f"data/calibration/{gpu}.jsonl" and f"data/validation/{gpu}-full.jsonl" in val_paths
         validation = load_validation(*(ROOT / path for path in val_paths))
-        refit = fit_profile(load_raw(ROOT / raw_path), validation=validation, command=command)
+        raw = load_raw(ROOT / raw_path)
+        refit = fit_profile(raw, validation=validation, command=command,
+                            shape_prior=resolve_shape_prior(shape_prior, raw))
         _close(json.loads(json.dumps(refit.to_json())), committed, gpu)
 
 

@@ -970,6 +970,32 @@ def test_dilated_convolutions_are_a_variant_of_their_own(dilation, groups):
     for node in (_conv_nodes(graph, "convolution")[1], _conv_nodes(graph, "convolution_backward")[0]):
         assert (DILATED_VARIANT in str(node.get("variant", "")).split("+")) == (dilation > 1)
 
+@pytest.mark.parametrize("kernel, groups, grouped_pointwise", [(1, 1, False), (1, 8, True), (3, 8, False),
+                                                             (1, 32, False)])
+def test_grouped_pointwise_convolutions_are_a_variant_of_their_own(kernel, groups, grouped_pointwise):
+    """A grouped 1x1 convolution with several channels per group (forward and backward) carries
+    GROUPED_POINTWISE_VARIANT, which the fit isolates; a dense, a grouped 3x3 and a depthwise (32 groups of
+    32 channels) layer do not."""
+    from gpuest.annotate.registry import GROUPED_POINTWISE_VARIANT, ISOLATED_VARIANTS
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 1, bias=False),
+                                torch.nn.Conv2d(32, 32, kernel, padding=kernel // 2, groups=groups, bias=False))
+    graph = trace(model, (torch.empty(2, 3, 16, 16),), mode="training")
+    assert GROUPED_POINTWISE_VARIANT in ISOLATED_VARIANTS
+    for node in (_conv_nodes(graph, "convolution")[1], _conv_nodes(graph, "convolution_backward")[0]):
+        assert (GROUPED_POINTWISE_VARIANT in str(node.get("variant", "")).split("+")) == grouped_pointwise
+
+
+def test_im2col_launches_a_kernel_per_sample_and_col2im_one():
+    """ATen's CUDA im2col loops over the batch with one kernel per sample; col2im runs one batched kernel."""
+    class Fold(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.fold(torch.nn.functional.unfold(x, 3, padding=1), (14, 14), 3, padding=1)
+    graph = trace(Fold(), (torch.empty(6, 8, 14, 14),))
+    im2col, = nodes(graph, op="aten.im2col.default")
+    col2im, = nodes(graph, op="aten.col2im.default")
+    assert (im2col["kernels"], col2im["kernels"]) == (6, 1)
+
+
 def test_conv_and_pool_record_their_window_and_memory_format():
     class Net(torch.nn.Module):
         def __init__(self):

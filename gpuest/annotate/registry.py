@@ -36,7 +36,10 @@ TINY_INNER_VARIANT = "tiny_inner"
 # moved the channels-first fits' slopes.
 NHWC_VARIANT = "nhwc"
 DILATED_VARIANT = "dilated"   # a convolution with dilation > 1: other kernels than an undilated one's
-ISOLATED_VARIANTS = frozenset({TINY_INNER_VARIANT, NHWC_VARIANT, DILATED_VARIANT})
+# A grouped 1x1 convolution: cuDNN runs other kernels than a dense one's, one per group; the weight-gradient kernels
+# of one with 4-16 channels per group sum to up to 500x its forward (benchmarks/kernel_facts.py `grouped conv`).
+GROUPED_POINTWISE_VARIANT = "grouped_pointwise"
+ISOLATED_VARIANTS = frozenset({TINY_INNER_VARIANT, NHWC_VARIANT, DILATED_VARIANT, GROUPED_POINTWISE_VARIANT})
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import conv_flop_count
 
-from ..registry import (DILATED_VARIANT, REGISTRY, Cost, OpCall, is_channels_last, iter_ops, register_cost, shape_of,
-                        tensor_bytes, tensors)
+from ..registry import (DILATED_VARIANT, GROUPED_POINTWISE_VARIANT, REGISTRY, Cost, OpCall, is_channels_last,
+                        iter_ops, register_cost, shape_of, tensor_bytes, tensors)
 from .gemm import torch_flops, with_gemm
 
 aten = torch.ops.aten
@@ -46,10 +46,11 @@ def _convolution(call: OpCall) -> Cost:
 def _kernel_variant(call: OpCall, x: Any, w: Any, groups: int, transposed: bool,
                     weight_only: bool = False) -> tuple[str, bool]:
     """(Cost.variant, whether cuDNN runs it as an fp16 depthwise layer) of a convolution or its backward:
-    its shape's variant, "weight_grad" for a backward of the weight gradient alone, DILATED_VARIANT and
-    CUDNN_DEPTHWISE_VARIANT, "+"-joined."""
+    its shape's variant, "weight_grad" for a backward of the weight gradient alone, DILATED_VARIANT,
+    GROUPED_POINTWISE_VARIANT and CUDNN_DEPTHWISE_VARIANT, "+"-joined."""
     cudnn_depthwise = _cudnn_takes_depthwise(call, x, w, groups)
     parts = (_conv_variant(shape_of(w), transposed), "weight_grad" if weight_only else "", _dilated(call),
+             _grouped_pointwise(shape_of(x), shape_of(w), groups),
              CUDNN_DEPTHWISE_VARIANT if cudnn_depthwise else "")
     return "+".join(p for p in parts if p), cudnn_depthwise
 
@@ -67,6 +68,14 @@ def _dilated(call: OpCall) -> str:
     """DILATED_VARIANT for a convolution with a dilation above 1, else ""."""
     dilation = call.arg("dilation") if call.has_arg("dilation") else None
     return DILATED_VARIANT if dilation is not None and any(int(d) > 1 for d in dilation) else ""
+
+
+def _grouped_pointwise(x: tuple, w: tuple, groups: int) -> str:
+    """GROUPED_POINTWISE_VARIANT for a 1x1 convolution of more than one group and more than one input channel
+    per group (not depthwise), else "". Grouped 3x3 layers stay with the dense fits: cuDNN's kernels for them
+    ran within a few times their forward, as dense ones do (kernel_facts `grouped conv`)."""
+    pointwise = len(w) > 2 and math.prod(w[2:]) == 1
+    return GROUPED_POINTWISE_VARIANT if pointwise and groups > 1 and len(x) > 1 and x[1] > groups else ""
 
 
 def _gemm_plane(x: tuple, w: tuple, y: tuple, groups: int) -> int:

@@ -69,6 +69,10 @@ def _conv_grid() -> list[tuple[_ConvLayer, tuple[int, ...], bool, bool | str]]:
     grid += [(_ConvLayer(*spec), (32, 128), True, "weights") for spec in shape_table("conv", "channels_last_layers")]
     grid += [(_ConvLayer(c, c, hw, 3, 1, 32), (32, 128), True, "weights") for c, hw in grouped]
     grid += [(_ConvLayer(*spec), (32, 128), True, "weights") for spec in shape_table("conv", "channels_last_narrow")]
+    # Grouped 1x1 layers in both memory formats (shapes/conv.json `grouped_pointwise`): cuDNN's grouped
+    # kernels, fitted apart from dense ones (registry.GROUPED_POINTWISE_VARIANT).
+    grid += [(_ConvLayer(*spec), (32, 128), True, last) for last in (False, "weights")
+             for spec in shape_table("conv", "grouped_pointwise")]
     # Dilated layers of segmentation backbones and ASPP heads, in both memory formats (shapes/conv.json
     # `dilated`: a non-test network's dilated depthwise layers ran 12-25x slower than an undilated one is priced).
     grid += [(_ConvLayer(cin, cout, hw, k, 1, groups, dilation=d), (8, 32), True, last) for last in (False, True)
