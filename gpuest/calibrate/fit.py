@@ -28,7 +28,7 @@ from scipy.spatial.distance import cdist
 from gpuest.catalog import GPUSpec, get_gpu
 from gpuest.errors import ProfileError
 from gpuest.jsonl import read_jsonl
-from gpuest.price.device_time import (RESIDUAL_CLIP, DeviceTimes, walk_floor_s, dependent_update_time_s,
+from gpuest.price.device_time import (RESIDUAL_CLIP, DeviceTimes, dependent_update_time_s,
                                          device_times, dram_floor_s, fit_key, fit_keys, log_floor,
                                          persistent_step_time_s, persistent_steps, within_fit_range)
 from gpuest.price.host_timeline import later_host_work
@@ -287,7 +287,7 @@ def host_limited(row: dict[str, Any], host_op_s: dict[str, float]) -> bool:
     return row["time_ms_median"] * 1e-3 < HOST_BOUND_MARGIN * host
 
 
-# A benchmark whose serial walks (device_time.walk_floor_s) take at least this share of its measured time
+# A benchmark whose serial walks (DeviceTimes.walk_s) take at least this share of its measured time
 # beyond latency is priced by the walk, not by a corrected roofline, and is left out of the residual fit.
 WALK_BOUND_SHARE = 0.5
 
@@ -319,7 +319,7 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
                  + float(dependent_update_time_s(table).sum()))
         after_latency = max(measured - fixed, MIN_RESIDUAL_SHARE * measured)
         # A benchmark its walk floor prices says nothing about how the roofline is corrected.
-        if float(walk_floor_s(table, gpu).sum()) >= WALK_BOUND_SHARE * after_latency:
+        if float(times.walk_s.sum()) >= WALK_BOUND_SHARE * after_latency:
             continue
         cats = table.category
         dominant = max(set(cats.tolist()), key=lambda c: roof[cats == c].sum())

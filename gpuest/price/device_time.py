@@ -103,6 +103,7 @@ class DeviceTimes:
 
     compute_s: np.ndarray
     memory_s: np.ndarray
+    walk_s: np.ndarray                # serial walks, a floor under the corrected roofline (walk_floor_s)
     roofline_s: np.ndarray
     latency_s: np.ndarray
     device_s: np.ndarray              # time the node holds the device's queue: its kernels and the gaps after them
@@ -520,7 +521,7 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     bound = np.where(~active, "none", np.where(latency > corrected, "latency",
                                                 np.where(compute >= memory, "compute", "memory")))
     share = np.divide(corrected, device, out=np.zeros_like(device), where=device > 0)
-    times = DeviceTimes(compute, memory, roof, latency, device, busy,
+    times = DeviceTimes(compute, memory, walk, roof, latency, device, busy,
                         log_sd=share * np.sqrt(coef_var + resid_var), coef_sd=share * np.sqrt(coef_var),
                         peak_flops=peak, effective_mode=mode, work_flops=work, bound=bound, kernels=kernels,
                         features=x, extrapolated=extrapolated & active)
