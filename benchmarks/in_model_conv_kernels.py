@@ -11,16 +11,18 @@ import argparse
 import torch
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="timm:NAME")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--top", type=int, default=25)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if not args.model.startswith("timm:") or not args.model[5:]:
+        ap.error(f"--model {args.model!r}: only timm models are accepted, written timm:NAME")
     import timm
-    model = timm.create_model(args.model.split(":", 1)[1], pretrained=False).cuda()
+    model = timm.create_model(args.model[5:], pretrained=False).cuda()
     x = torch.randn(args.batch, 3, args.size, args.size, device="cuda")
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)

@@ -6,6 +6,7 @@ order, bf16): whether cuDNN picks the same kernels for both, and how long each s
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -25,10 +26,17 @@ def _show(label: str, step) -> None:
         print(f"    {k['us_per_iter']:9.1f} us x{k['calls_per_iter']:.0f}  {k['name'][:100]}")
 
 
-def main() -> None:
-    dev = torch.device("cuda")
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("names", nargs="+", help="names of the suite's conv benchmarks")
+    names = ap.parse_args(argv).names
     by_name = {b.name: b for b in all_benchmarks(["conv"])}
-    for name in sys.argv[1:]:
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        ap.error(f"not a conv benchmark of the suite: {', '.join(unknown)} (accepted: the names of "
+                 f"gpuest.calibrate.suite.all_benchmarks(['conv']), e.g. {min(by_name)})")
+    dev = torch.device("cuda")
+    for name in names:
         built = by_name[name].build(dev, 0)
         sets = [built.make_set(i) for i in range(3)]
         print(f"== {name}: inputs " + ", ".join(f"{tuple(t.shape)} {t.dtype} {t.stride()}" for t in sets[0]

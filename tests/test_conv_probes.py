@@ -1,0 +1,30 @@
+"""The convolution probes (benchmarks/) refuse input they cannot run before they look for a GPU."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_in_model_probe_refuses_a_model_that_is_not_timm(capsys):
+    with pytest.raises(SystemExit):
+        _load("in_model_conv_kernels").main(["--model", "resnet50"])
+    assert "--model 'resnet50': only timm models are accepted, written timm:NAME" in capsys.readouterr().err
+
+
+def test_the_suite_comparison_refuses_a_benchmark_the_suite_lacks(capsys):
+    with pytest.raises(SystemExit):
+        _load("suite_vs_probe_conv").main(["conv2d_bwd_bf16_c384_384_hw14_k1_s1_g24_n128_nhwc", "conv2d_nope"])
+    err = capsys.readouterr().err
+    assert "not a conv benchmark of the suite: conv2d_nope (accepted:" in err
+    assert "conv2d_bwd_bf16_c384_384_hw14_k1_s1_g24_n128_nhwc" not in err.split("suite:")[1].split("(")[0]
