@@ -245,6 +245,27 @@ def grouped_conv_probe(gpu: str) -> str:
             + ", ".join(f"{cpg}/group {min(v):.1f}-{max(v):.1f}" for cpg, v in sorted(dgrad.items())))
 
 
+def power_curve(gpu: str) -> str:
+    """The power curve probe (data/kernels/<GPU>-power-curve.jsonl, benchmarks/power_curve_probe.py): a busy GPU
+    running one-element adds; an in-place ReLU's power per TB/s above that, from DRAM-cold and from L2-warm fp32
+    inputs of 1-16 MB (L2_BYTE_POWER_SHARE in gpuest/price/power.py is their ratio); and bf16 GEMMs' power at
+    their share of the tensor roof."""
+    if not (REPO / "data" / "kernels" / f"{gpu}-power-curve.jsonl").exists():
+        return f"power curve: no data for {gpu}"
+    probe = {r["name"]: r for r in _kernel_records(f"{gpu}-power-curve")}
+    busy_w = probe["tiny_add_after_heat"]["avg_power_w"]
+    per_tb_s = {where: [(r["avg_power_w"] - busy_w) / (r["bytes_per_s"] / 1e12) for r in probe.values()
+                        if r["op"] == "relu_" and r["reads_from"] == where and r["size_mb"] <= 16]
+                for where in ("dram", "l2")}
+    ratios = [lw / dw for lw, dw in zip(per_tb_s["l2"], per_tb_s["dram"])]
+    gemms = [f"{r['flops_per_s'] / 1e12:.0f} TFLOP/s {r['avg_power_w']:.0f} W" for r in probe.values()
+             if r["op"] == "mm" and r["dtype"] == "bfloat16"]
+    return (f"power curve ({gpu}): one-element adds {probe['tiny_add_after_idle']['avg_power_w']:.0f} W after "
+            f"idle, {busy_w:.0f} W after load; ReLU W per TB/s above that: DRAM "
+            f"{min(per_tb_s['dram']):.0f}-{max(per_tb_s['dram']):.0f}, L2 {min(per_tb_s['l2']):.0f}-"
+            f"{max(per_tb_s['l2']):.0f} (ratio {min(ratios):.2f}-{max(ratios):.2f}); bf16 GEMMs: " + ", ".join(gemms))
+
+
 def mixed_add(rows: dict[str, dict]) -> str:
     ratios = [_us(r) / _us(rows[n.replace("bf16xfp32", "bf16")]) for n, r in rows.items()
               if "_bf16xfp32_" in n and _us(r) > 20]
@@ -827,6 +848,7 @@ def main() -> None:
     print(plane_walk_probe("H200"))
     print(fold_probe("H200"))
     print(grouped_conv_probe("H200"))
+    print(power_curve("H200"))
     print(fp32_prefill_gemms())
     print(persistent_rnn_steps())
     print(per_step_rnn_gemms())
