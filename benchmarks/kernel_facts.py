@@ -266,6 +266,22 @@ def power_curve(gpu: str) -> str:
             f"{max(per_tb_s['l2']):.0f} (ratio {min(ratios):.2f}-{max(ratios):.2f}); bf16 GEMMs: " + ", ".join(gemms))
 
 
+def power_sustained(gpu: str) -> str:
+    """The power curve probe's sustained series (data/kernels/<GPU>-power-sustained.jsonl, `--series sustained`):
+    each load's median power over 20 back-to-back windows from a cool card, its range, and the card's warming."""
+    if not (REPO / "data" / "kernels" / f"{gpu}-power-sustained.jsonl").exists():
+        return f"power sustained: no data for {gpu}"
+    by_load: dict[str, list[dict]] = {}
+    for r in _kernel_records(f"{gpu}-power-sustained"):
+        by_load.setdefault(r["op"], []).append(r)
+    cells = []
+    for load, rs in by_load.items():
+        watts = [r["avg_power_w"] for r in rs]
+        cells.append(f"{load} median {statistics.median(watts):.0f} W (window 0 {watts[0]:.0f}, range "
+                     f"{min(watts):.0f}-{max(watts):.0f}), {rs[0]['temperature_c']:.0f}->{rs[-1]['temperature_c']:.0f} C")
+    return f"power sustained ({gpu}): " + "; ".join(cells)
+
+
 def mixed_add(rows: dict[str, dict]) -> str:
     ratios = [_us(r) / _us(rows[n.replace("bf16xfp32", "bf16")]) for n, r in rows.items()
               if "_bf16xfp32_" in n and _us(r) > 20]
@@ -849,6 +865,7 @@ def main() -> None:
     print(fold_probe("H200"))
     print(grouped_conv_probe("H200"))
     print(power_curve("H200"))
+    print(power_sustained("H200"))
     print(fp32_prefill_gemms())
     print(persistent_rnn_steps())
     print(per_step_rnn_gemms())

@@ -9,9 +9,12 @@ same heating load, so the curve's shape is the op's own:
     3x L2 (DRAM-cold, as the suite times them) and on one buffer that stays in L2 (L2-warm);
   - square GEMMs in bf16 (tensor cores) and fp32 (SIMT FMA pipes);
   - a one-element add in a loop (a busy GPU that moves and computes nothing) after 10 s idle and right after
-    the heating load: how much of the static power follows the card's temperature.
+    the heating load: how much of the static power follows the card's temperature;
+  - `sustained` (not run by default): an fp32 GEMM, a DRAM-streaming ReLU and a bf16 GEMM each held for
+    SUSTAINED_WINDOWS windows back to back from a cool card: how a load's power drifts as the card warms, the
+    difference between a calibration window (under a second) and a validation run (seconds of the same load).
 
-Usage (on a GPU): python3 benchmarks/power_curve_probe.py --out OUT.jsonl
+Usage (on a GPU): python3 benchmarks/power_curve_probe.py --out OUT.jsonl [--series static,gemm,elementwise]
 One row per window: op, dtype, size, buffers, calls, seconds, average power (W, NVML energy counter), time per
 call (s), achieved bytes/s and flop/s, SM clock and temperature at the window's end. Clocks are left as found.
 """
@@ -32,6 +35,7 @@ HEAT_S = 3.0                       # bf16 GEMM load run before every series: a s
 COLD_IDLE_S = 10.0
 ELEMENTWISE_MB = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 GEMM_N = (256, 512, 1024, 2048, 4096, 8192)
+SUSTAINED_WINDOWS = 20
 
 
 GRAPH_MIN_S = 2e-3                 # calls captured per CUDA graph: at least this much device time per replay
@@ -140,15 +144,44 @@ def static_rows(monitor: PowerMonitor, dev: torch.device) -> list[dict]:
     return rows
 
 
+def sustained_rows(monitor: PowerMonitor, dev: torch.device, l2_bytes: int) -> list[dict]:
+    """Each load held for SUSTAINED_WINDOWS windows in a row after COLD_IDLE_S of idle (window index in `index`)."""
+    a32 = torch.randn(2048, 2048, device=dev)
+    a16 = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+    n = 256 * 2 ** 20 // 4
+    bufs = [torch.rand(n, device=dev) for _ in range(max(2, -(-3 * l2_bytes // (n * 4))))]
+    loads = {"mm_float32_2048": ([lambda: a32 @ a32], {"flops": 2.0 * 2048 ** 3}),
+             "relu__fp32_256MB_dram": ([lambda b=b: torch.relu_(b) for b in bufs], {"bytes": 2 * n * 4}),
+             "mm_bfloat16_4096": ([lambda: a16 @ a16], {"flops": 2.0 * 4096 ** 3})}
+    rows = []
+    for name, (calls, facts) in loads.items():
+        time.sleep(COLD_IDLE_S)
+        for i in range(SUSTAINED_WINDOWS):
+            rows.append(_window(monitor, f"{name}_sustained_{i}", calls, op=name, series="sustained", index=i,
+                                **facts))
+    return rows
+
+
+SERIES = {"static": lambda m, dev, l2: static_rows(m, dev), "gemm": lambda m, dev, l2: gemm_rows(m, dev),
+          "elementwise": elementwise_rows, "sustained": sustained_rows}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    out = Path(ap.parse_args().out)
+    ap.add_argument("--series", default="static,gemm,elementwise",
+                    help=f"comma-separated, of: {', '.join(SERIES)}")
+    args = ap.parse_args()
+    series = args.series.split(",")
+    unknown = [s for s in series if s not in SERIES]
+    if unknown:
+        ap.error(f"unknown series {', '.join(unknown)}; accepted: {', '.join(SERIES)}")
+    out = Path(args.out)
     dev = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
     with PowerMonitor() as monitor:
-        rows = static_rows(monitor, dev) + gemm_rows(monitor, dev) + elementwise_rows(monitor, dev, l2)
+        rows = [row for name in series for row in SERIES[name](monitor, dev, l2)]
     meta = {"gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__, "l2_bytes": l2,
             "window_s": WINDOW_S, "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     out.write_text("".join(json.dumps({**meta, **r}) + "\n" for r in rows))
