@@ -258,11 +258,13 @@ def power_curve(gpu: str) -> str:
                         if r["op"] == "relu_" and r["reads_from"] == where and r["size_mb"] <= 16]
                 for where in ("dram", "l2")}
     ratios = [lw / dw for lw, dw in zip(per_tb_s["l2"], per_tb_s["dram"])]
+    dram_tb_s = [r["bytes_per_s"] / 1e12 for r in probe.values()
+                 if r["op"] == "relu_" and r["reads_from"] == "dram" and r["size_mb"] <= 16]
     gemms = [f"{r['flops_per_s'] / 1e12:.0f} TFLOP/s {r['avg_power_w']:.0f} W" for r in probe.values()
              if r["op"] == "mm" and r["dtype"] == "bfloat16"]
     return (f"power curve ({gpu}): one-element adds {probe['tiny_add_after_idle']['avg_power_w']:.0f} W after "
             f"idle, {busy_w:.0f} W after load; ReLU W per TB/s above that: DRAM "
-            f"{min(per_tb_s['dram']):.0f}-{max(per_tb_s['dram']):.0f}, L2 {min(per_tb_s['l2']):.0f}-"
+            f"{min(per_tb_s['dram']):.0f}-{max(per_tb_s['dram']):.0f} (at {min(dram_tb_s):.1f}-{max(dram_tb_s):.1f} TB/s), L2 {min(per_tb_s['l2']):.0f}-"
             f"{max(per_tb_s['l2']):.0f} (ratio {min(ratios):.2f}-{max(ratios):.2f}); bf16 GEMMs: " + ", ".join(gemms))
 
 

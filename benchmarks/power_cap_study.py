@@ -98,6 +98,7 @@ def energy_parts(est: gpuest.Estimate, spec: GPUSpec) -> dict[str, float] | None
     v = voltage_ratio(spec, p["clock_mhz"].to_numpy(), fit.v_min_ratio)
     static = fit.idle_w + (fit.static_w - fit.idle_w) * v ** 2
     u_mem = np.clip(p["bytes"].to_numpy() / (spec.memory_bandwidth_bytes_per_s * np.maximum(d, 1e-12)), 0, 1)
+    # Every byte counted as a DRAM byte: the per-node table does not say which reads were left in L2.
     memory = np.where(d > 0, fit.memory_w * u_mem, 0.0)
     end = float((p["start_s"] + p["queue_s"]).iloc[-1]) if len(p) else 0.0
     tail = max(est.time_s - end, 0.0)
@@ -308,16 +309,18 @@ def fit_table(specs: list[GPUSpec]) -> str:
     for spec in specs:
         fit, profile = power_fit(spec)
         if fit is None:
-            rows.append([spec.name, profile.gpu, "no power fit", *["n/a"] * 8])
+            rows.append([spec.name, profile.gpu, "no power fit", *["n/a"] * 9])
             continue
         v_min = voltage_ratio(spec, spec.min_clock_mhz, fit.v_min_ratio)
         static_min = fit.idle_w + (fit.static_w - fit.idle_w) * float(v_min) ** 2
         rows.append([spec.name, profile.gpu, f"{spec.tdp_w:.0f} / {spec.idle_power_w:.0f}", f"{fit.idle_w:.1f}",
                      f"{fit.static_w:.1f} / {static_min:.1f}", f"{fit.tensor_w:.0f}",
                      "= tensor_w" if fit.simt_w is None else f"{fit.simt_w:.0f}", f"{fit.vector_w:.0f}",
-                     f"{fit.memory_w:.0f}", f"{fit.v_min_ratio:.2f}", f"{fit.r2:.2f} / {fit.sigma_w:.0f}"])
+                     f"{fit.memory_w:.0f}", f"{fit.utilisation_exponent:.2f}", f"{fit.v_min_ratio:.2f}",
+                     f"{fit.r2:.2f} / {fit.sigma_w:.0f}"])
     return md_table(["GPU", "power fit measured on", "TDP / catalogue idle (W)", "idle_w", "static at f_max / f_min (W)",
-                     "tensor_w", "simt_w", "vector_w", "memory_w", "V(f_min)/V(f_max)", "fit r² / σ (W)"], rows)
+                     "tensor_w", "simt_w", "vector_w", "memory_w", "exponent e", "V(f_min)/V(f_max)",
+                     "fit r² / σ (W)"], rows)
 
 
 def in_head(path: Path, data: bytes) -> str:
@@ -436,7 +439,8 @@ def write(studies: list[Study], bf16_note: list[str], out: Path) -> None:
     add("")
     add("### Power model coefficients used")
     add("")
-    add("`P = static(f) + s(f)·(tensor_w·u_tc + simt_w·u_simt + vector_w·u_vec) + memory_w·u_mem`, "
+    add("`P = min(static(f) + s(f)·(tensor_w·g(u_tc) + simt_w·g(u_simt) + vector_w·g(u_vec)) + memory_w·u_mem, TDP)`, "
+        "`g(u) = u^e`, "
         "`s(f) = (f/f_max)·(V/V_max)²`, "
         "`static(f) = idle + (static_w − idle)·(V/V_max)²` (docs/DESIGN.md §3). A GPU without its own "
         "calibration takes the nearest calibrated GPU's fit scaled by the ratio of dynamic ranges "

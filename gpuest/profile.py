@@ -120,6 +120,9 @@ class PowerFit:
     # GEMM-like nodes in full fp32, on the SIMT FMA pipes: a different share of the chip switches than on
     # tensor cores at the same share of the peak; None (profiles fitted before it was split out): tensor_w.
     simt_w: float | None = None
+    # Compute power grows with a unit's utilisation u as u ** utilisation_exponent (concave below 1, as the
+    # calibration windows show; gpuest.price.power); 1.0 for profiles fitted before the exponent was.
+    utilisation_exponent: float = 1.0
 
 
 # Quantities a profile can predict: a profile fitted on timings alone (public kernel data) predicts "time".
@@ -211,6 +214,13 @@ def _need(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], wher
     return value
 
 
+def _exponent(value: Any, where: str) -> float:
+    """A power fit's utilisation exponent: a number in (0, 1]; power never falls as utilisation rises."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+        raise ProfileError(f"{where}: field 'utilisation_exponent' should be a number in (0, 1], got {value!r}")
+    return float(value)
+
+
 def profile_from_json(data: Any, where: str = "profile") -> Profile:
     """Validate a decoded profile document and build a `Profile`; `ProfileError` says what is wrong."""
     if not isinstance(data, dict):
@@ -258,7 +268,8 @@ def profile_from_json(data: Any, where: str = "profile") -> Profile:
                             ("static_w", "idle_w", "tensor_w", "vector_w", "memory_w", "sigma_w", "r2")},
                          n=int(_need(power, "n", int, w)), v_min_ratio=float(power.get("v_min_ratio", 0.7)),
                          gap_w=float(power["gap_w"]) if power.get("gap_w") is not None else None,
-                         simt_w=float(power["simt_w"]) if power.get("simt_w") is not None else None)
+                         simt_w=float(power["simt_w"]) if power.get("simt_w") is not None else None,
+                         utilisation_exponent=_exponent(power.get("utilisation_exponent", 1.0), w))
     points = {key: _residual_points(value, len(features), f"{where}: residual_points[{key!r}]")
               for key, value in data.get("residual_points", {}).items()}
     _check_provenance(data, where)

@@ -1148,3 +1148,97 @@ def test_a_multi_tensor_ops_host_time_follows_its_tensors_not_its_launches():
     profile = choose_profile(get_gpu("H100")).profile
     (lead_small, spread_small), (lead_huge, spread_huge) = (host_parts(t, profile, "eager") for t in (small, huge))
     assert lead_small[i] + spread_small[i] == pytest.approx(lead_huge[j] + spread_huge[j])
+
+
+def test_power_fit_finds_the_utilisation_exponent_of_a_concave_curve():
+    """Windows whose power rises as the square root of their tensor-core utilisation (a concave curve, as the
+    calibration windows' is) are fitted with utilisation_exponent 0.5 and the curve's own coefficients; a
+    straight line through the same windows leaves a larger error."""
+    from gpuest.calibrate.fit_power import fit_power
+    from gpuest.price.power import clock_scale
+    from gpuest.price.profile_choice import roofline_profile
+    gpu = get_gpu("H100")
+    node = {"op": "aten.mm.default", "category": "matmul", "math_mode": "bf16", "flops": 2 * 4096 ** 3,
+            "bytes_read": 6.7e7, "bytes_written": 3.4e7, "gemm_m": 4096, "gemm_n": 4096, "gemm_k": 4096}
+    times, _ = device_times(NodeTable.from_records([node]), gpu, gpu.max_clock_mhz, roofline_profile())
+    ideal_s = float(times.work_flops[0] / times.peak_flops[0])
+    prior = prior_profile().power
+    scale = float(clock_scale(gpu, gpu.max_clock_mhz, prior))
+    rows = [{"name": f"w{i}", "reliable": True, "nodes": [node], "time_ms_median": ideal_s / u * 1e3,
+             "avg_power_w": 150.0 + scale * 400.0 * u ** 0.5} for i, u in enumerate(np.linspace(0.02, 0.95, 24))]
+    fit = fit_power(rows, gpu, 70.0, prior.v_min_ratio)
+    assert fit.utilisation_exponent == pytest.approx(0.5)
+    assert fit.static_w == pytest.approx(150.0, abs=1.0) and fit.tensor_w == pytest.approx(400.0, abs=2.0)
+    line = fit_power(rows, gpu, 70.0, prior.v_min_ratio, exponents=(1.0,))
+    assert line.utilisation_exponent == 1.0 and line.sigma_w > 5 * fit.sigma_w
+
+
+def test_memory_power_is_linear_in_bandwidth():
+    """A DRAM byte costs the same energy at any rate (data/kernels/H200-power-curve.jsonl): whatever the fit's
+    utilisation exponent, a memory-bound node's memory power is memory_w times its utilisation."""
+    from dataclasses import replace
+    from gpuest.price.power import node_power
+    from gpuest.price.profile_choice import roofline_profile
+    gpu = get_gpu("H100")
+    add = {"op": "aten.add.Tensor", "category": "elementwise", "math_mode": "bf16", "flops": 0.0,
+           "bytes_read": 8e9, "bytes_written": 4e9}
+    table = NodeTable.from_records([add])
+    times, _ = device_times(table, gpu, gpu.max_clock_mhz, roofline_profile())
+    times = replace(times, device_s=times.device_s * 2.5)       # at 40 % of the DRAM roof
+    power = [node_power(table, times, gpu, gpu.max_clock_mhz, replace(prior_profile().power, utilisation_exponent=e))
+             for e in (1.0, 0.5)]
+    fit = prior_profile().power
+    assert power[0].util_memory[0] == pytest.approx(0.4)
+    assert power[0].power_w[0] == pytest.approx(power[1].power_w[0])
+    assert power[0].power_w[0] - fit.static_w == pytest.approx(fit.memory_w * power[0].util_memory[0], rel=1e-6)
+
+
+def test_reads_left_in_l2_count_a_share_of_a_dram_byte_for_memory_power():
+    """An op reading what the kernel right before it wrote (and small enough to stay in L2) is charged
+    L2_BYTE_POWER_SHARE of a DRAM byte's memory power for those reads; one whose producer overflowed L2 is not."""
+    from dataclasses import replace
+    from gpuest.price.device_time import L2_ABSORBED_SHARE
+    from gpuest.price.power import L2_BYTE_POWER_SHARE, dram_bytes
+    from gpuest.price.profile_choice import roofline_profile
+    gpu = get_gpu("H100")
+    add = {"op": "aten.add.Tensor", "category": "elementwise", "math_mode": "bf16", "flops": 1e6,
+           "bytes_read": 4e6, "bytes_written": 2e6}
+    table = NodeTable.from_records([add, add, add])
+    small, big = gpu.l2_cache_bytes * L2_ABSORBED_SHARE / 2, gpu.l2_cache_bytes * 2
+    table = replace(table, warm_read_bytes=np.array([0.0, 2e6, 2e6]),
+                    warm_producer_bytes=np.array([0.0, small, big]))
+    times, _ = device_times(table, gpu, gpu.max_clock_mhz, roofline_profile())
+    moved = dram_bytes(table, times, gpu)
+    assert moved[0] == pytest.approx(6e6) and moved[2] == pytest.approx(6e6)
+    assert moved[1] == pytest.approx(6e6 - (1.0 - L2_BYTE_POWER_SHARE) * 2e6)
+
+
+def test_a_node_never_draws_more_than_the_board_power_limit():
+    """However large a fit's unit coefficient, the board's limit holds a node at TDP (the clock drop that
+    costs is in the measured times)."""
+    from dataclasses import replace
+    from gpuest.price.power import node_power
+    from gpuest.price.profile_choice import roofline_profile
+    gpu = get_gpu("H100")
+    gemm = {"op": "aten.mm.default", "category": "matmul", "math_mode": "bf16", "flops": 2 * 8192 ** 3,
+            "bytes_read": 2.7e8, "bytes_written": 1.3e8, "gemm_m": 8192, "gemm_n": 8192, "gemm_k": 8192}
+    table = NodeTable.from_records([gemm])
+    times, _ = device_times(table, gpu, gpu.max_clock_mhz, roofline_profile())
+    fit = replace(prior_profile().power, tensor_w=5 * gpu.tdp_w)
+    assert node_power(table, times, gpu, gpu.max_clock_mhz, fit).power_w[0] == pytest.approx(gpu.tdp_w)
+
+
+def test_profile_power_exponent_is_checked():
+    """A profile's utilisation_exponent must be a number in (0, 1]; one fitted before it existed reads as 1."""
+    import json
+    from gpuest.errors import ProfileError
+    from gpuest.profile import profile_from_json
+    good = json.loads((ROOT / "gpuest" / "profiles" / "H200.json").read_text())
+    legacy = json.loads(json.dumps(good))
+    legacy["power"].pop("utilisation_exponent", None)
+    assert profile_from_json(legacy).power.utilisation_exponent == 1.0
+    for bad in (1.5, 0.0, "steep", True):
+        broken = json.loads(json.dumps(good))
+        broken["power"]["utilisation_exponent"] = bad
+        with pytest.raises(ProfileError, match=r"utilisation_exponent' should be a number in \(0, 1\]"):
+            profile_from_json(broken)

@@ -34,13 +34,16 @@ def busy_through_window(row: dict[str, Any]) -> bool:
     return not any(n.get("host_syncs", 0) for n in device_nodes(row))
 
 
-def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_ratio: float, *,
-              split_simt: bool = True) -> PowerFit | None:
-    """Bounded least squares of window power on (1, s(f)*u per compute unit (COMPUTE_UNITS), u_memory) from
-    measured utilisations, over the windows in which the GPU was busy throughout (busy_through_window).
-    split_simt=False prices full-fp32 GEMMs with tensor_w (simt_w None), as fits before the split did."""
+EXPONENT_GRID = tuple(round(0.3 + 0.05 * i, 2) for i in range(15))   # utilisation exponents tried, 0.3-1.0
+
+
+def window_utilisations(rows: list[dict[str, Any]], gpu: GPUSpec, v_min_ratio: float
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of the windows in which the GPU was busy throughout (busy_through_window): each one's achieved share of
+    each compute unit's roof (columns COMPUTE_UNITS) and of DRAM bandwidth (last column), its dynamic-power
+    clock scale s(f), and its measured average power (W)."""
     plain = roofline_profile()
-    xs, ys = [], []
+    us, scales, ys = [], [], []
     for r in rows:
         p = r.get("avg_power_w")
         if not r.get("reliable") or not isinstance(p, (int, float)) or p <= 0 or not busy_through_window(r):
@@ -54,32 +57,50 @@ def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_rat
         t = r["time_ms_median"] * 1e-3
         units = compute_units(table, times.effective_mode)
         u = [min(float((times.work_flops[m] / times.peak_flops[m]).sum()) / t, 1.0) for m in units.values()]
-        u_mem = min(float(dram_bytes(table, times).sum()) / gpu.memory_bandwidth_bytes_per_s / t, 1.0)
-        s = clock / gpu.max_clock_mhz * float(voltage_ratio(gpu, clock, v_min_ratio)) ** 2
-        xs.append([1.0, *(s * x for x in u), u_mem])
+        u_mem = min(float(dram_bytes(table, times, gpu).sum()) / gpu.memory_bandwidth_bytes_per_s / t, 1.0)
+        us.append(np.clip(np.nan_to_num([*u, u_mem]), 0.0, 1.0))
+        scales.append(clock / gpu.max_clock_mhz * float(voltage_ratio(gpu, clock, v_min_ratio)) ** 2)
         ys.append(p)
-    if len(ys) < 6:
+    return np.array(us).reshape(-1, len(COMPUTE_UNITS) + 1), np.array(scales), np.array(ys)
+
+
+def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_ratio: float, *,
+              split_simt: bool = True, exponents: tuple[float, ...] = EXPONENT_GRID) -> PowerFit | None:
+    """Bounded least squares of window power on (1, s(f)*g(u) per compute unit (COMPUTE_UNITS), u_memory),
+    g(u) = u ** e, from measured utilisations over the windows in which the GPU was busy throughout
+    (busy_through_window), at the exponent e of `exponents` that leaves the least squared error.
+    split_simt=False prices full-fp32 GEMMs with tensor_w (simt_w None), as fits before the split did."""
+    u, scale, y = window_utilisations(rows, gpu, v_min_ratio)
+    if len(y) < 6:
         return None
-    x, y = np.array(xs), np.array(ys)
-    # Too few windows that load the SIMT pipes leave simt_w unidentified: their load counts as tensor cores'.
     units = list(COMPUTE_UNITS)
-    simt_col = 1 + units.index("simt")
-    if not (split_simt and int((x[:, simt_col] >= UNIT_LOADED_SHARE).sum()) >= MIN_UNIT_WINDOWS):
-        x[:, 1 + units.index("tensor")] += x[:, simt_col]
-        x = np.delete(x, simt_col, axis=1)
+    simt = units.index("simt")
+    # Too few windows that load the SIMT pipes leave simt_w unidentified: their load counts as tensor cores'.
+    if not (split_simt and int((u[:, simt] >= UNIT_LOADED_SHARE).sum()) >= MIN_UNIT_WINDOWS):
+        u = u.copy()
+        u[:, units.index("tensor")] = np.minimum(u[:, units.index("tensor")] + u[:, simt], 1.0)
+        u = np.delete(u, simt, axis=1)
         units.remove("simt")
     # Bounded least squares keeps every term physical: static power between idle and TDP, and no
     # activity term able to exceed the board's dynamic range on its own.
     span = gpu.tdp_w - idle_w
-    terms = x.shape[1] - 1
-    coef = lsq_linear(x, y, bounds=([idle_w] + [0.0] * terms, [gpu.tdp_w] + [span] * terms)).x
-    resid = y - x @ coef
+    terms = u.shape[1]
+    bounds = ([idle_w] + [0.0] * terms, [gpu.tdp_w] + [span] * terms)
+    best = None
+    for e in exponents:
+        x = np.column_stack([np.ones(len(y)), scale[:, None] * u[:, :-1] ** e, u[:, -1]])
+        coef = lsq_linear(x, y, bounds=bounds).x
+        resid = y - x @ coef
+        if best is None or float((resid ** 2).sum()) < float((best[2] ** 2).sum()):
+            best = (e, coef, resid)
+    e, coef, resid = best
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 else 0.0
     unit_w = {name: float(c) for name, c in zip(units, coef[1:-1])}
     return PowerFit(static_w=float(coef[0]), idle_w=float(idle_w), tensor_w=unit_w["tensor"],
                     simt_w=unit_w.get("simt"), vector_w=unit_w["vector"], memory_w=float(coef[-1]),
-                    sigma_w=float(math.sqrt((resid ** 2).mean())), r2=r2, n=len(y), v_min_ratio=v_min_ratio)
+                    sigma_w=float(math.sqrt((resid ** 2).mean())), r2=r2, n=len(y), v_min_ratio=v_min_ratio,
+                    utilisation_exponent=float(e))
 
 
 def simt_from_prior(power: PowerFit | None, shape_prior: Profile | None) -> PowerFit | None:

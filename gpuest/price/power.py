@@ -1,6 +1,9 @@
 """Board power per node: static power plus dynamic power from the node's compute and memory use.
 
-P = static(f) + s(f) * (tensor_w * u_tc + simt_w * u_simt + vector_w * u_vec) + memory_w * u_mem
+P = min(static(f) + s(f) * (tensor_w * g(u_tc) + simt_w * g(u_simt) + vector_w * g(u_vec)) + memory_w * u_mem, TDP),
+g(u) = u ** utilisation_exponent: concave in a compute unit's utilisation (the first share of a roof switches most
+of what draws power), linear in memory's (a DRAM byte costs the same energy at any rate:
+data/kernels/H200-power-curve.jsonl)
 s(f) = (f / f_max) * (V(f) / V(f_max))^2, V linear in f between v_min_ratio and 1 (P_dyn ~ f V^2);
 static(f) = idle_w + (static_w - idle_w) * s(f): above idle, the power of a busy but unloaded GPU is
 clock-tree and uncore switching power, which scales like dynamic power.
@@ -16,20 +19,26 @@ import numpy as np
 from ..catalog import GPUSpec
 from ..profile import PowerFit
 from .features import RESIDUAL_FEATURES
-from .device_time import DeviceTimes
+from .device_time import DeviceTimes, reads_from_l2
 from .node_table import NodeTable
 
 
 # cuDNN's NCHW -> NHWC transpose of a convolution's input and the transpose of its output back each
 # read and write the activation once more: about twice the convolution's own first-touch traffic.
 RELAYOUT_TRAFFIC = 2.0
+# A byte the kernel right before left in L2 draws this share of a DRAM byte's power: an in-place ReLU on
+# 1-16 MB fp32 tensors draws 45-53 W per TB/s above a busy idle GPU from L2 and 111-114 W from DRAM on the H200
+# (data/kernels/H200-power-curve.jsonl; python3 benchmarks/kernel_facts.py prints 'power curve').
+L2_BYTE_POWER_SHARE = 0.42
 
 
-def dram_bytes(table: NodeTable, times: DeviceTimes) -> np.ndarray:
+def dram_bytes(table: NodeTable, times: DeviceTimes, gpu: GPUSpec) -> np.ndarray:
     """DRAM traffic (bytes) of each node for its memory power: the bytes it reads and writes, plus the
-    layout transposes cuDNN runs around a convolution of NCHW data (the `relayout` feature)."""
+    layout transposes cuDNN runs around a convolution of NCHW data (the `relayout` feature), less the
+    reads the kernel right before left in L2 (reads_from_l2) counted at L2_BYTE_POWER_SHARE of a DRAM byte."""
     relayout = times.features[:, RESIDUAL_FEATURES.index("relayout")]
-    return table.bytes * (1.0 + RELAYOUT_TRAFFIC * relayout)
+    warm = np.where(reads_from_l2(table, gpu), np.minimum(table.warm_read_bytes, table.bytes), 0.0)
+    return (table.bytes - (1.0 - L2_BYTE_POWER_SHARE) * warm) * (1.0 + RELAYOUT_TRAFFIC * relayout)
 
 
 # Compute units whose utilisation each power term weighs: GEMM-like nodes on tensor cores, GEMM-like
@@ -95,7 +104,7 @@ def node_power(table: NodeTable, times: DeviceTimes, gpu: GPUSpec, clock_mhz: np
     """Power (W) of each node at its clock, from its achieved fraction of the compute and memory roofs."""
     t = np.maximum(times.device_s, 1e-12)
     util_compute = np.clip(times.work_flops / (times.peak_flops * t), 0.0, 1.0)
-    util_mem = np.clip(dram_bytes(table, times) / (gpu.memory_bandwidth_bytes_per_s * t), 0.0, 1.0)
+    util_mem = np.clip(dram_bytes(table, times, gpu) / (gpu.memory_bandwidth_bytes_per_s * t), 0.0, 1.0)
     tc = table.tensor_core
     units = compute_units(table, times.effective_mode)
     coefs = unit_coefficients_w(fit)
@@ -105,8 +114,10 @@ def node_power(table: NodeTable, times: DeviceTimes, gpu: GPUSpec, clock_mhz: np
     # which scales like dynamic power (f * V^2), not like leakage.
     static = fit.idle_w + (fit.static_w - fit.idle_w) * scale
     waiting = waiting_power_w(gpu, clock_mhz, fit)
-    dyn = scale * unit_w * util_compute
-    power = static + dyn + fit.memory_w * util_mem
+    g = fit.utilisation_exponent
+    dyn = scale * unit_w * util_compute ** g
+    # The board's power limit holds a node at TDP by lowering its clock, which its measured times include.
+    power = np.minimum(static + dyn + fit.memory_w * util_mem, gpu.tdp_w)
     active = times.device_s > 0
     power = np.where(active, power, waiting)
     n = len(table)
