@@ -254,12 +254,11 @@ def power_curve(gpu: str) -> str:
         return f"power curve: no data for {gpu}"
     probe = {r["name"]: r for r in _kernel_records(f"{gpu}-power-curve")}
     busy_w = probe["tiny_add_after_heat"]["avg_power_w"]
-    per_tb_s = {where: [(r["avg_power_w"] - busy_w) / (r["bytes_per_s"] / 1e12) for r in probe.values()
-                        if r["op"] == "relu_" and r["reads_from"] == where and r["size_mb"] <= 16]
-                for where in ("dram", "l2")}
+    relu = {where: [r for r in probe.values() if r["op"] == "relu_" and r["reads_from"] == where and r["size_mb"] <= 16]
+            for where in ("dram", "l2")}
+    per_tb_s = {where: [(r["avg_power_w"] - busy_w) / (r["bytes_per_s"] / 1e12) for r in rs] for where, rs in relu.items()}
     ratios = [lw / dw for lw, dw in zip(per_tb_s["l2"], per_tb_s["dram"])]
-    dram_tb_s = [r["bytes_per_s"] / 1e12 for r in probe.values()
-                 if r["op"] == "relu_" and r["reads_from"] == "dram" and r["size_mb"] <= 16]
+    dram_tb_s = [r["bytes_per_s"] / 1e12 for r in relu["dram"]]
     gemms = [f"{r['flops_per_s'] / 1e12:.0f} TFLOP/s {r['avg_power_w']:.0f} W" for r in probe.values()
              if r["op"] == "mm" and r["dtype"] == "bfloat16"]
     return (f"power curve ({gpu}): one-element adds {probe['tiny_add_after_idle']['avg_power_w']:.0f} W after "

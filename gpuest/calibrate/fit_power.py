@@ -86,14 +86,12 @@ def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_rat
     span = gpu.tdp_w - idle_w
     terms = u.shape[1]
     bounds = ([idle_w] + [0.0] * terms, [gpu.tdp_w] + [span] * terms)
-    best = None
+    fits = []
     for e in exponents:
         x = np.column_stack([np.ones(len(y)), scale[:, None] * u[:, :-1] ** e, u[:, -1]])
         coef = lsq_linear(x, y, bounds=bounds).x
-        resid = y - x @ coef
-        if best is None or float((resid ** 2).sum()) < float((best[2] ** 2).sum()):
-            best = (e, coef, resid)
-    e, coef, resid = best
+        fits.append((e, coef, y - x @ coef))
+    e, coef, resid = min(fits, key=lambda fit: float((fit[2] ** 2).sum()))
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 else 0.0
     unit_w = {name: float(c) for name, c in zip(units, coef[1:-1])}
