@@ -166,12 +166,12 @@ SERIES = {"static": lambda m, dev, l2: static_rows(m, dev), "gemm": lambda m, de
           "elementwise": elementwise_rows, "sustained": sustained_rows}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--series", default="static,gemm,elementwise",
                     help=f"comma-separated, of: {', '.join(SERIES)}")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     series = args.series.split(",")
     unknown = [s for s in series if s not in SERIES]
     if unknown:

@@ -1,4 +1,4 @@
-"""The convolution probes (benchmarks/) refuse input they cannot run before they look for a GPU."""
+"""The device probes (benchmarks/) refuse input they cannot run before they look for a GPU."""
 from __future__ import annotations
 
 import importlib.util
@@ -28,3 +28,9 @@ def test_the_suite_comparison_refuses_a_benchmark_the_suite_lacks(capsys):
     err = capsys.readouterr().err
     assert "not a conv benchmark of the suite: conv2d_nope (accepted:" in err
     assert "conv2d_bwd_bf16_c384_384_hw14_k1_s1_g24_n128_nhwc" not in err.split("suite:")[1].split("(")[0]
+
+
+def test_the_power_probe_refuses_a_series_it_does_not_have(capsys):
+    with pytest.raises(SystemExit):
+        _load("power_curve_probe").main(["--out", "unused.jsonl", "--series", "static,bogus"])
+    assert "unknown series bogus; accepted: static, gemm, elementwise, sustained" in capsys.readouterr().err
