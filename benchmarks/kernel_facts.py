@@ -267,6 +267,49 @@ def power_curve(gpu: str) -> str:
             f"{max(per_tb_s['l2']):.0f} (ratio {min(ratios):.2f}-{max(ratios):.2f}); bf16 GEMMs: " + ", ".join(gemms))
 
 
+def kernel_gaps(gpu: str) -> str:
+    """The kernel gap probe (data/kernels/<GPU>-kernel-gaps.jsonl, benchmarks/kernel_gap_probe.py): the idle time
+    between back-to-back queued kernels (unprofiled CUDA-event time per call less the profiled kernel durations)
+    after short (< 5 us) and longer kernels, eager and as a CUDA graph; and, in networks whose trace shows the
+    host ahead (starved gaps under 1 us per kernel), unprofiled wall less busy less starved time per kernel."""
+    if not (REPO / "data" / "kernels" / f"{gpu}-kernel-gaps.jsonl").exists():
+        return f"kernel gaps: no data for {gpu}"
+    rows = _kernel_records(f"{gpu}-kernel-gaps")
+    cells = []
+    for launch in ("eager", "graph"):
+        for label, short in (("after < 5 us kernels", True), ("after >= 5 us kernels", False)):
+            gaps = [r["unprofiled_gap_per_kernel_us"] for r in rows if r["series"] == "ops" and r["launch"] == launch
+                    and (r["kernel_us_median"] < 5) == short]
+            cells.append(f"{launch} {label} {min(gaps):.2f}-{max(gaps):.2f} us (median {statistics.median(gaps):.2f})")
+    nets = [r for r in rows if r["series"] == "networks" and r["starved_gap_per_kernel_us"] < 1.0]
+    per_kernel = {r["name"].split("|")[0] + "|" + r["name"].split("|")[3]:
+                  (r["wall_us"] - r["busy_us"] - r["starved_gap_per_kernel_us"] * r["kernels_per_iter"])
+                  / r["kernels_per_iter"] for r in nets}
+    return (f"kernel gaps ({gpu}): queued ops " + "; ".join(cells) + "; host-ahead networks' wall less busy "
+            "per kernel " + ", ".join(f"{k} {v:.2f} us" for k, v in per_kernel.items())
+            + f" (median {statistics.median(per_kernel.values()):.2f})")
+
+
+def grouped_conv_sweep(gpu: str) -> str:
+    """The grouped convolution sweep (data/kernels/<GPU>-grouped-conv.jsonl, benchmarks/grouped_conv_sweep.py):
+    a grouped 3x3 layer's time over `groups` dense layers of one group's width (same FLOPs), by direction,
+    layout and channels per group: min / median / max over groups 2-32 and both spatial sizes."""
+    if not (REPO / "data" / "kernels" / f"{gpu}-grouped-conv.jsonl").exists():
+        return f"grouped conv sweep: no data for {gpu}"
+    rows = _kernel_records(f"{gpu}-grouped-conv")
+    dense = {(r["weight"][1], r["input"][2], r["layout"], r["dtype"], r["direction"]): r["us"]
+             for r in rows if r["groups"] == 1}
+    ratios: dict[tuple[str, str, str, int], list[float]] = {}
+    for r in rows:
+        if r["groups"] > 1 and r["direction"] != "both":
+            key = (r["weight"][1], r["input"][2], r["layout"], r["dtype"], r["direction"])
+            ratios.setdefault((r["direction"], r["layout"], r["dtype"], r["weight"][1]), []).append(
+                r["us"] / (r["groups"] * dense[key]))
+    return (f"grouped 3x3 conv ({gpu}) over groups x dense per group: "
+            + "; ".join(f"{d} {lay} {dt} {cpg}/group {min(v):.2f}/{statistics.median(v):.2f}/{max(v):.2f}"
+                        for (d, lay, dt, cpg), v in sorted(ratios.items())))
+
+
 def power_sustained(gpu: str) -> str:
     """The power curve probe's sustained series (data/kernels/<GPU>-power-sustained.jsonl, `--series sustained`):
     each load's median power over 20 back-to-back windows from a cool card, its range, and the card's warming."""
@@ -867,6 +910,8 @@ def main() -> None:
     print(grouped_conv_probe("H200"))
     print(power_curve("H200"))
     print(power_sustained("H200"))
+    print(kernel_gaps("H200"))
+    print(grouped_conv_sweep("H200"))
     print(fp32_prefill_gemms())
     print(persistent_rnn_steps())
     print(per_step_rnn_gemms())

@@ -34,3 +34,17 @@ def test_the_power_probe_refuses_a_series_it_does_not_have(capsys):
     with pytest.raises(SystemExit):
         _load("power_curve_probe").main(["--out", "unused.jsonl", "--series", "static,bogus"])
     assert "unknown series bogus; accepted: static, gemm, elementwise, sustained" in capsys.readouterr().err
+
+
+def test_the_kernel_gap_probe_refuses_unknown_configs_and_test_split_models(capsys):
+    from gpuest.evaluate.validation_set import TEST_MODELS, get_set
+    test_key = next(c.key for c in get_set("generalisation") if c.model in TEST_MODELS)
+    with pytest.raises(SystemExit):
+        _load("kernel_gap_probe").main(["--out", "unused.jsonl", "--series", "networks",
+                                        "--keys", f"resnet50|b999|i224|inference|fp32;{test_key}"])
+    err = capsys.readouterr().err
+    assert "unknown config resnet50|b999|i224|inference|fp32" in err
+    assert f"{test_key}: in a frozen test split" in err
+    with pytest.raises(SystemExit):
+        _load("kernel_gap_probe").main(["--out", "unused.jsonl", "--series", "ops,bogus"])
+    assert "unknown series bogus; accepted: ops, networks" in capsys.readouterr().err

@@ -1,0 +1,52 @@
+"""Device probe: grouped 3x3 convolutions over groups and channels per group, forward and backward, to map
+how far cuDNN's kernels for them run from a dense convolution of the same work.
+
+The non-test per-op rows show grouped layers priced far from their time in both directions: ResNeSt's
+two-group 3x3 layers (64-128 channels per group) take 2-4x their price, RegNet's 16-channel groups well
+under it. Here every (groups, channels per group) pair of GROUPS x CHANNELS_PER_GROUP runs at two spatial
+sizes, in bf16 channels-last, bf16 NCHW and fp32 NCHW, through benchmarks/conv_backward_probe.py's timing
+(the profiler's kernel time per call, the kernels cuDNN chose).
+
+Usage (on a GPU): python3 benchmarks/grouped_conv_sweep.py --out OUT.jsonl
+One row per (case, layout, dtype, direction), as conv_backward_probe.py writes them. cudnn.benchmark off
+(PyTorch's default, as the validation runs used); clocks are left as found.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conv_backward_probe import _case_rows  # noqa: E402
+from l2_reuse_probe import probe_setup, write_timed_rows  # noqa: E402
+
+GROUPS = (1, 2, 4, 8, 16, 32)
+CHANNELS_PER_GROUP = (16, 32, 64, 128)
+SPATIAL = (14, 28)
+BATCH = 64
+MAX_CHANNELS = 1024
+VARIANTS = ((torch.bfloat16, "nhwc"), (torch.bfloat16, "nchw"), (torch.float32, "nchw"))
+
+
+def main() -> None:
+    out, dev, _ = probe_setup(__doc__)
+    rows = []
+    for hw in SPATIAL:
+        for groups in GROUPS:
+            for cpg in CHANNELS_PER_GROUP:
+                c = groups * cpg
+                if c > MAX_CHANNELS:
+                    continue
+                for dtype, layout in VARIANTS:
+                    rows += _case_rows(f"g{groups}_cpg{cpg}_hw{hw}", (BATCH, c, hw, hw), (c, cpg, 3, 3), 1, 1, groups,
+                                       dtype, layout, dev)
+    write_timed_rows(out, rows, dev, cudnn_version=torch.backends.cudnn.version(),
+                     cudnn_benchmark=torch.backends.cudnn.benchmark)
+    for r in rows:
+        print(f"{r['case']:18s} {r['layout']:5s} {r['dtype']:8s} {r['direction']:11s} {r['us']:9.1f} us")
+
+
+if __name__ == "__main__":
+    main()
