@@ -126,6 +126,31 @@ def test_device_busy_time_leaves_out_the_queued_gap_after_latency_bound_kernels(
     assert (big["time_s"] > 100 * big["latency_s"]).all()   # memory-bound: priced by its bytes
 
 
+def test_wall_time_holds_the_gap_after_each_queued_kernel_and_busy_time_does_not(big_add):
+    """A memory-bound kernel leaves INTERKERNEL_GAP_S after it in wall time (its queue time), not in its busy
+    time; a CUDA graph's gap is shorter, and the plain roofline baseline, which has no launch costs, none."""
+    from gpuest.price.device_time import INTERKERNEL_GAP_S
+    for launch in ("eager", "graph"):
+        est = gpuest.estimate(big_add, "H100-SXM", launch=launch)
+        nodes = est.per_node[~est.per_node["free"]]
+        gap = nodes["queue_s"] - nodes["time_s"]
+        assert len(nodes) and gap.to_numpy() == pytest.approx(nodes["kernels"].to_numpy() * INTERKERNEL_GAP_S[launch])
+        assert est.device_time_s == pytest.approx(float(nodes["time_s"].sum()))
+    assert INTERKERNEL_GAP_S["graph"] < INTERKERNEL_GAP_S["eager"]
+    plain = gpuest.estimate(big_add, "H100-SXM", profile="roofline").per_node
+    assert (plain["queue_s"] == plain["time_s"]).all()
+
+
+def test_energy_charges_the_gaps_between_queued_kernels_at_the_nodes_power():
+    class TwoAdds(torch.nn.Module):
+        def forward(self, a, b):
+            return (a + b) + b
+    est = gpuest.estimate(graph_of(TwoAdds(), (1 << 26,), (1 << 26,)), "H100-SXM")
+    nodes = est.per_node[~est.per_node["free"] & (est.per_node["wait_s"] == 0)]
+    assert len(nodes) and (nodes["queue_s"] > nodes["time_s"]).all()
+    assert nodes["energy_j"].to_numpy() == pytest.approx((nodes["power_w"] * nodes["queue_s"]).to_numpy())
+
+
 def test_monotone_in_clock_and_batch():
     net = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512))
     times = []

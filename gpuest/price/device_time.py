@@ -67,6 +67,12 @@ PLANE_WALK_STEP_S = {"dram": 3.8e-7, "l2": 2.0e-7}
 # events_queued time per tiny kernel) holds it, device-busy time (the union of kernel intervals) does not.
 # 0.90 us on the H100, 0.99 on the H200 (python3 benchmarks/kernel_facts.py); the smaller is kept.
 QUEUED_KERNEL_GAP_S = 9.0e-7
+# In a network each kernel not bound by launch latency leaves the device idle this long before the next,
+# already queued one starts: wall less busy less host-starved time per kernel in networks whose trace shows the
+# host ahead, 1.27-1.35 us on the H200; a CUDA graph's back-to-back kernels leave 0.13-0.17 us (python3
+# benchmarks/kernel_facts.py, 'kernel gaps'). Calibration's back-to-back timings fold their own gap into the
+# op's time, which networks' busy time matches, so this gap adds to wall time only.
+INTERKERNEL_GAP_S = {"eager": 1.34e-6, "graph": 1.4e-7}
 # The fitted correction never makes an op faster than its roofline at catalogue peaks (a physical
 # bound for DRAM-resident data), nor more than 500x slower (a one-row layer norm of a few KB takes ~100x its
 # roofline; fits stay inside their data's feature range in any case). The one exception to the first:
@@ -108,6 +114,7 @@ class DeviceTimes:
     latency_s: np.ndarray
     device_s: np.ndarray              # time the node holds the device's queue: its kernels and the gaps after them
     busy_s: np.ndarray                # the part its kernels run (device_s less the queued gaps)
+    interkernel_gap_s: np.ndarray     # idle after its kernels in a network, beyond device_s (wall, not busy)
     log_sd: np.ndarray                # std of log(device_s) from the fit (coefficients + residual)
     coef_sd: np.ndarray               # the part from coefficient uncertainty (correlated across nodes)
     peak_flops: np.ndarray            # FLOP/s used per node
@@ -518,10 +525,13 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     # The GPU idles while the host reads a value back and launches what depends on it: elapsed time, not busy.
     idle = table.host_syncs * sync_s + np.where(latency > corrected, kernels * gap_per_kernel, 0.0)
     busy = np.where(active, np.maximum(device - idle, 0.0), 0.0)
+    # A profile without launch costs (the plain roofline baseline) leaves no gaps either.
+    gap_s = INTERKERNEL_GAP_S[launch] if lat_per_kernel > 0 else 0.0
+    interkernel_gap = np.where(active & (latency <= corrected), kernels * gap_s, 0.0)
     bound = np.where(~active, "none", np.where(latency > corrected, "latency",
                                                 np.where(compute >= memory, "compute", "memory")))
     share = np.divide(corrected, device, out=np.zeros_like(device), where=device > 0)
-    times = DeviceTimes(compute, memory, walk, roof, latency, device, busy,
+    times = DeviceTimes(compute, memory, walk, roof, latency, device, busy, interkernel_gap,
                         log_sd=share * np.sqrt(coef_var + resid_var), coef_sd=share * np.sqrt(coef_var),
                         peak_flops=peak, effective_mode=mode, work_flops=work, bound=bound, kernels=kernels,
                         features=x, extrapolated=extrapolated & active)
