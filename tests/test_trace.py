@@ -1468,6 +1468,22 @@ def test_inference_traces_a_parameter_view_passed_to_a_module():
     assert any(d["phase"] == "backward" and d["module"].endswith("block") for _, d in g.nodes(data=True))
 
 
+def test_out_of_place_masked_fill_is_a_clone_then_an_in_place_fill():
+    """CUDA runs masked_fill as clone + masked_fill_: two kernels, the output written by the clone, read back
+    and written again by the fill; the in-place masked_fill_ is the fill alone."""
+    class Fill(torch.nn.Module):
+        def forward(self, x, mask):
+            return x.masked_fill(mask, 0.0), x.clone().masked_fill_(mask, 1.0)
+    x = torch.empty(8, 4, 64, 64, dtype=torch.bfloat16)
+    mask = torch.empty(8, 1, 64, 64, dtype=torch.bool)
+    nodes = {d["op"].split(".")[1]: d for _, d in trace(Fill(), (x, mask)).nodes(data=True)}
+    out, fill = nodes["masked_fill"], nodes["masked_fill_"]
+    x_bytes, mask_bytes = x.numel() * 2, mask.numel()
+    assert (out["kernels"], fill["kernels"]) == (2, 1)
+    assert out["bytes_read"] == 2 * x_bytes + mask_bytes and out["bytes_written"] == 2 * x_bytes
+    assert fill["bytes_read"] == x_bytes + mask_bytes and fill["bytes_written"] == x_bytes
+
+
 def test_fills_write_their_output_and_read_nothing():
     """zeros_like/new_zeros take a tensor for its shape and dtype, fill_/zero_ overwrite theirs: each only
     writes its output, and a small template does not make a new_zeros a broadcast read."""
