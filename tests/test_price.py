@@ -151,6 +151,23 @@ def test_energy_charges_the_gaps_between_queued_kernels_at_the_nodes_power():
     assert nodes["energy_j"].to_numpy() == pytest.approx((nodes["power_w"] * nodes["queue_s"]).to_numpy())
 
 
+def test_a_streaming_ops_size_stops_growing_past_its_steady_roofline_time():
+    """log_size of a non-tiled op is log10(roofline / 1 us) up to STREAM_STEADY_S, then constant, so a fit's size
+    slope cannot price an op larger than its data any faster per byte."""
+    from gpuest.price.features import RESIDUAL_FEATURES, STREAM_STEADY_S
+    from gpuest.price.node_table import node_table
+    j = RESIDUAL_FEATURES.index("log_size")
+    sizes = {}
+    for n in (1 << 14, 1 << 26, 1 << 28):
+        table = node_table(graph_of(Add(), (n,), (n,)))
+        times, _ = device_times(table, get_gpu("H100-SXM"), 1980, prior_profile())
+        node = int(np.argmax(times.roofline_s))
+        sizes[n] = (times.features[node, j], times.roofline_s[node])
+    assert sizes[1 << 14][1] < STREAM_STEADY_S < sizes[1 << 26][1] < sizes[1 << 28][1]
+    assert sizes[1 << 14][0] == pytest.approx(math.log10(sizes[1 << 14][1] / 1e-6))
+    assert sizes[1 << 26][0] == sizes[1 << 28][0] == pytest.approx(math.log10(STREAM_STEADY_S / 1e-6))
+
+
 def test_monotone_in_clock_and_batch():
     net = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512))
     times = []

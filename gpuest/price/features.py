@@ -38,6 +38,12 @@ GEMM_TILE = 128                       # output tile edge of the tensor-core GEMM
 # a column of its own for the waves (docs/CV_HISTORY.md).
 TILE_WAVES_STEADY = 10.0
 TILED_CATEGORIES = ("matmul", "conv", "attention")
+# Any other op streams at its steady rate once its roofline time passes STREAM_STEADY_S (tens of waves of
+# blocks): its log_size stops there, so a larger op is priced no faster per byte (without it, a fit whose size
+# slope is negative priced batch-256 batch norms of 16-32 channels at 3.1x the batch-64 time of the same layer,
+# measured 3.9-4.0x: LCNet-100 in data/validation/H200-nontest-perop.jsonl). 5-fold cross-validation chose
+# 30 us over 10 and 100 us and no cap (docs/CV_HISTORY.md).
+STREAM_STEADY_S = 3e-5
 # cuBLAS splits a GEMM with fewer output tiles than SMs and a deep K along K over more CTAs (split-K and
 # stream-K kernels), each slice keeping at least SPLIT_K_DEPTH of K: a weight gradient over 400k tokens
 # (96 x 384 outputs, 3 tiles) runs near its roofline, not at 3/132 of the GPU (the suite's mm_*_k401408;
@@ -217,11 +223,11 @@ def _ridge_neg(x: FeatureInputs) -> np.ndarray:
 def _log_size(x: FeatureInputs) -> np.ndarray:
     """An op's size: a tiled op (GEMM, convolution, attention) approaches its steady rate as its output
     tiles fill more waves of the SMs, up to TILE_WAVES_STEADY waves (log10(tiles / SMs)); any other op's
-    is log10(roofline / 1 us)."""
+    is log10(roofline / 1 us), up to STREAM_STEADY_S."""
     tiled = x.is_gemm & np.isin(x.table.category, TILED_CATEGORIES)
     return np.where(tiled, np.clip(np.log10(np.maximum(x.tiles / x.gpu.sm_count, 1e-6)), -3.0,
                                    np.log10(TILE_WAVES_STEADY)),
-                    np.clip(np.log10(np.maximum(x.roofline_s, 1e-12) / 1e-6), -3.0, 6.0))
+                    np.clip(np.log10(np.maximum(np.minimum(x.roofline_s, STREAM_STEADY_S), 1e-12) / 1e-6), -3.0, 6.0))
 
 
 @feature("log_wave_eff")
