@@ -310,6 +310,22 @@ def grouped_conv_sweep(gpu: str) -> str:
                         for (d, lay, dt, cpg), v in sorted(ratios.items())))
 
 
+def batch_norm_scaling(gpu: str) -> str:
+    """The batch norm scaling probe (data/kernels/<GPU>-batch-norm-scaling.jsonl,
+    benchmarks/batch_norm_scaling_probe.py): by direction, dtype and layout, each channel count's time at batch 256
+    of 112x112 planes over its time at batch 64 (4x the elements per channel: 4.0 is linear)."""
+    if not (REPO / "data" / "kernels" / f"{gpu}-batch-norm-scaling.jsonl").exists():
+        return f"batch norm scaling: no data for {gpu}"
+    rows = _kernel_records(f"{gpu}-batch-norm-scaling")
+    us = {(r["direction"], r["dtype"], r["layout"], r["channels"], r["batch"], r["plane"]): r["us"] for r in rows}
+    cells = []
+    for direction, dtype, layout in sorted({k[:3] for k in us}):
+        ratios = [f"c{c} {us[(direction, dtype, layout, c, 256, 112)] / us[(direction, dtype, layout, c, 64, 112)]:.2f}"
+                  for c in sorted({k[3] for k in us})]
+        cells.append(f"{direction} {dtype} {layout}: " + ", ".join(ratios))
+    return f"batch norm scaling ({gpu}), batch 256 over batch 64 at 112x112: " + "; ".join(cells)
+
+
 def power_sustained(gpu: str) -> str:
     """The power curve probe's sustained series (data/kernels/<GPU>-power-sustained.jsonl, `--series sustained`):
     each load's median power over 20 back-to-back windows from a cool card, its range, and the card's warming."""
@@ -912,6 +928,7 @@ def main() -> None:
     print(power_sustained("H200"))
     print(kernel_gaps("H200"))
     print(grouped_conv_sweep("H200"))
+    print(batch_norm_scaling("H200"))
     print(fp32_prefill_gemms())
     print(persistent_rnn_steps())
     print(per_step_rnn_gemms())
