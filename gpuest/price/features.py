@@ -39,10 +39,11 @@ GEMM_TILE = 128                       # output tile edge of the tensor-core GEMM
 TILE_WAVES_STEADY = 10.0
 TILED_CATEGORIES = ("matmul", "conv", "attention")
 # Any other op streams at its steady rate once its roofline time passes STREAM_STEADY_S (tens of waves of
-# blocks): its log_size stops there, so a larger op is priced no faster per byte (without it, a fit whose size
-# slope is negative priced batch-256 batch norms of 16-32 channels at 3.1x the batch-64 time of the same layer,
-# measured 3.9-4.0x: LCNet-100 in data/validation/H200-nontest-perop.jsonl). 5-fold cross-validation chose
-# 30 us over 10 and 100 us and no cap (docs/CV_HISTORY.md).
+# blocks): its log_size stops there, so a larger op is priced no faster per byte. Without it, a fit whose size
+# slope is negative priced batch-256 batch norms of 16-32 channels at 3.1x the batch-64 time of the same layer
+# (LCNet-100 in data/validation/H200-nontest-perop.jsonl.gz), where batch norm's time grows 3.6-5.6x
+# (python3 benchmarks/kernel_facts.py, 'batch norm scaling'). 5-fold cross-validation chose 30 us over 10 and
+# 100 us and no cap (docs/CV_HISTORY.md).
 STREAM_STEADY_S = 3e-5
 # cuBLAS splits a GEMM with fewer output tiles than SMs and a deep K along K over more CTAs (split-K and
 # stream-K kernels), each slice keeping at least SPLIT_K_DEPTH of K: a weight gradient over 400k tokens
