@@ -173,12 +173,13 @@ def _price(table: NodeTable, gpu: GPUSpec, clocks: np.ndarray, choice: ProfileCh
 
 
 def _phase_power(table: NodeTable, times: DeviceTimes, power: NodePower) -> dict[str, float]:
-    """Device-time-weighted average power (W) of each phase present in the graph."""
+    """Average power (W) of each phase present in the graph, weighted by the time each node holds the queue (its
+    kernels and the gaps after them, all drawing the node's power)."""
     out = {}
     for p in PHASES:
         mask = table.phase == p
         if mask.any():
-            d = times.device_s[mask]
+            d = (times.device_s + times.interkernel_gap_s)[mask]
             out[p] = float((power.power_w[mask] * d).sum() / max(d.sum(), 1e-30))
     return out
 
