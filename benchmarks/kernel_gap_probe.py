@@ -33,6 +33,8 @@ from pathlib import Path
 
 import torch
 
+from gpuest.calibrate.timing import union_length
+
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 OP_CALLS = 200
@@ -73,7 +75,10 @@ def trace_gaps(trace: dict, windows: list[tuple[float, float]] | None = None) ->
         if e.get("cat") in LAUNCH_CATS and "correlation" in e.get("args", {}):
             launch_end[e["args"]["correlation"]] = e["ts"] + e.get("dur", 0.0)
     dev = sorted((e for e in events if e.get("cat") in DEVICE_CATS), key=lambda e: e["ts"])
-    spans = windows or [(dev[0]["ts"], dev[-1]["ts"] + dev[-1]["dur"])] if dev else []
+    if windows:
+        spans = windows
+    else:
+        spans = [(dev[0]["ts"], dev[-1]["ts"] + dev[-1]["dur"])] if dev else []
     queued, starved, queued_after = [], [], {"lt5us": [], "5-50us": [], "ge50us": []}
     kernels, busy, span = 0, 0.0, 0.0
     for t0, t1 in spans:
@@ -95,15 +100,7 @@ def trace_gaps(trace: dict, windows: list[tuple[float, float]] | None = None) ->
                 queued_after["lt5us" if d < 5 else "5-50us" if d < 50 else "ge50us"].append(gap)
             else:
                 starved.append(gap)
-        ivals = sorted((e["ts"], e["ts"] + e["dur"]) for e in inside)
-        cur_s, cur_e = ivals[0]
-        for s, e in ivals[1:]:
-            if s > cur_e:
-                busy += cur_e - cur_s
-                cur_s, cur_e = s, e
-            else:
-                cur_e = max(cur_e, e)
-        busy += cur_e - cur_s
+        busy += union_length((e["ts"], e["ts"] + e["dur"]) for e in inside)
     n = max(len(spans), 1)
     return {"kernels_per_iter": kernels / n, "busy_us": busy / n, "span_us": span / n,
             "queued_gap": _quantiles(queued), "starved_gap": _quantiles(starved),

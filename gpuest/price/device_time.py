@@ -125,6 +125,11 @@ class DeviceTimes:
     features: np.ndarray              # (n, len(RESIDUAL_FEATURES)) residual regressors, all of them
     extrapolated: np.ndarray          # priced outside its fit's data: a feature or the correction clipped
 
+    @property
+    def queue_s(self) -> np.ndarray:
+        """Time (s) each node holds the device's queue in a network: device_s and the gap after its kernels."""
+        return self.device_s + self.interkernel_gap_s
+
 
 def effective_math_modes(table: NodeTable, gpu: GPUSpec) -> tuple[np.ndarray, list[str]]:
     """The math mode each node runs in on `gpu` and warnings for modes the GPU lacks."""

@@ -167,8 +167,7 @@ def _price(table: NodeTable, gpu: GPUSpec, clocks: np.ndarray, choice: ProfileCh
            host_scale: float) -> tuple[DeviceTimes, Timeline, NodePower | None, list[str]]:
     times, power, notes = _device_and_power(table, gpu, clocks, choice, launch)
     lead, spread = host_parts(table, choice.profile, launch, host_scale)
-    timeline = simulate(times.device_s + times.interkernel_gap_s, lead + spread, spread, table.kernels,
-                        table.host_syncs)
+    timeline = simulate(times.queue_s, lead + spread, spread, table.kernels, table.host_syncs)
     return times, timeline, power, notes
 
 
@@ -179,7 +178,7 @@ def _phase_power(table: NodeTable, times: DeviceTimes, power: NodePower) -> dict
     for p in PHASES:
         mask = table.phase == p
         if mask.any():
-            d = (times.device_s + times.interkernel_gap_s)[mask]
+            d = times.queue_s[mask]
             out[p] = float((power.power_w[mask] * d).sum() / max(d.sum(), 1e-30))
     return out
 
@@ -281,7 +280,7 @@ def _node_energy(times: DeviceTimes, timeline: Timeline, power: NodePower, n: in
     static power) and the step's total in J, which adds the static power over the host's tail after the last
     node. A microsecond gap does not let the board's power fall, and the power fit's windows, whose ops leave
     the same gaps, charge them at the op's power too."""
-    node_energy_j = power.power_w * (times.device_s + times.interkernel_gap_s) + power.static_w * timeline.wait_s
+    node_energy_j = power.power_w * times.queue_s + power.static_w * timeline.wait_s
     tail_s = max(timeline.wall_s - (timeline.end_s[-1] if n else 0.0), 0.0)
     energy_j = float(node_energy_j.sum() + (power.static_w[-1] * tail_s if n else 0.0))
     return node_energy_j, energy_j
@@ -310,7 +309,7 @@ def _per_node_frame(table: NodeTable, times: DeviceTimes, timeline: Timeline, cl
         "bytes": table.bytes, "kernels": table.kernels, "free": table.free, "supported": table.supported,
         "staged": table.staged,
         "time_s": d, "time_low_s": d * np.exp(-Z90 * times.log_sd), "time_high_s": d * np.exp(Z90 * times.log_sd),
-        "queue_s": times.device_s + times.interkernel_gap_s,   # time_s plus the gaps after its queued kernels
+        "queue_s": times.queue_s,     # time_s plus the gaps the device leaves after its queued kernels
         "compute_s": times.compute_s, "memory_s": times.memory_s, "latency_s": times.latency_s,
         "host_s": timeline.host_s, "issue_s": timeline.issue_s, "start_s": timeline.start_s,
         "wait_s": timeline.wait_s, "bound": node_bound,

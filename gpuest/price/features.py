@@ -228,7 +228,7 @@ def _log_size(x: FeatureInputs) -> np.ndarray:
     tiled = x.is_gemm & np.isin(x.table.category, TILED_CATEGORIES)
     return np.where(tiled, np.clip(np.log10(np.maximum(x.tiles / x.gpu.sm_count, 1e-6)), -3.0,
                                    np.log10(TILE_WAVES_STEADY)),
-                    np.clip(np.log10(np.maximum(np.minimum(x.roofline_s, STREAM_STEADY_S), 1e-12) / 1e-6), -3.0, 6.0))
+                    np.clip(np.log10(np.clip(x.roofline_s, 1e-12, STREAM_STEADY_S) / 1e-6), -3.0, 6.0))
 
 
 @feature("log_wave_eff")

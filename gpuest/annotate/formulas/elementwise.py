@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..registry import Cost, OpCall, by_category, generic_cost, iter_ops, register_cost, unique_bytes
+from ..registry import Cost, OpCall, by_category, iter_ops, register_cost, unique_bytes
 
 register_cost(*iter_ops([
     "native_dropout", "native_dropout_backward", "bernoulli", "bernoulli_", "rand_like", "randn_like",
@@ -31,8 +31,11 @@ for _names, _fl in [
 # Out-of-place masked_fill runs on CUDA as a clone of self and masked_fill_ on the clone, which reads it back:
 # two kernels, the output crossing memory three times more (the profiler nests aten::clone and
 # aten::masked_fill_ under every aten::masked_fill of the per-op validation rows: DeBERTa-v3, the MoE decoders).
+_FILL = by_category("elementwise", flops_per_output=1.0)
+
+
 @register_cost(*iter_ops(["masked_fill"]))
 def _masked_fill(call: OpCall) -> Cost:
-    cost = generic_cost(call, category="elementwise", flops=float(sum(t.numel() for t in call.outputs)))
+    cost = _FILL(call)
     out = unique_bytes(call.outputs)
     return replace(cost, bytes_read=cost.bytes_read + out, bytes_written=cost.bytes_written + out, kernels=2)
