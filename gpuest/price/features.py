@@ -40,8 +40,8 @@ TILE_WAVES_STEADY = 10.0
 TILED_CATEGORIES = ("matmul", "conv", "attention")
 # Any other op streams at its steady rate once its roofline time passes STREAM_STEADY_S (tens of waves of
 # blocks): its log_size stops there, so a larger op is priced no faster per byte. Without it, a fit whose size
-# slope is negative priced batch-256 batch norms of 16-32 channels at 3.1x the batch-64 time of the same layer
-# (LCNet-100 in data/validation/H200-nontest-perop.jsonl.gz), where batch norm's time grows 3.6-5.6x
+# slope is negative priced LCNet-100's batch-256 batch norms of 16-32 channels under their time
+# (data/validation/H200-nontest-perop.jsonl.gz), while 4x the elements per channel take 3.6-5.6x the time
 # (python3 benchmarks/kernel_facts.py, 'batch norm scaling'). 5-fold cross-validation chose 30 us over 10 and
 # 100 us and no cap (docs/CV_HISTORY.md).
 STREAM_STEADY_S = 3e-5
