@@ -1343,6 +1343,26 @@ def test_a_convolution_of_a_channel_split_copies_its_half_first(channels_last):
     assert not any(d["staged_for"] for _, d in plain.nodes(data=True))
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_a_channels_last_group_norm_copies_its_input_to_nchw_first(channels_last):
+    """aten::group_norm gives CUDA's kernel input.contiguous() (a CPU input keeps its layout, the branch a
+    CPU trace takes): a channels-last input costs one copy to NCHW, recorded before the norm; training's
+    backward reads the saved contiguous copy and adds none. An NCHW input is taken as is."""
+    x = torch.empty(4, 32, 14, 14)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    graph = trace(torch.nn.GroupNorm(4, 32), (x,), mode="training")
+    order = [d for _, d in sorted(graph.nodes(data=True)) if not d["free"]]
+    staged = [(i, d) for i, d in enumerate(order) if d["staged_for"]]
+    if not channels_last:
+        assert staged == []
+        return
+    assert [d["staged_for"] for _, d in staged] == ["aten.native_group_norm.default"]
+    i, copy = staged[0]
+    assert copy["op"] == "aten.clone.default" and copy["bytes_read"] == copy["bytes_written"] == x.numel() * 4
+    assert order[i + 1]["cpu_op"] == "aten.native_group_norm.default"
+
+
 def test_a_roll_over_two_dimensions_is_two_passes():
     """CUDA's roll moves one dimension per kernel (Swin's shifted windows roll two)."""
     class Rolls(torch.nn.Module):

@@ -125,3 +125,8 @@ for _names, _flops_in, _rows, _wrap in [
 # inside native_layer_norm).
 REGISTRY.stage_contiguous(*iter_ops(["native_layer_norm"]), args=("input", "weight", "bias"))
 REGISTRY.stage_contiguous(*iter_ops(["native_layer_norm_backward"]), args=("grad_out", "input", "weight", "bias"))
+# aten::group_norm hands CUDA's kernel input.contiguous() but keeps a CPU input's memory format, so a CPU
+# trace of a channels-last group norm never sees the copy to NCHW that CUDA runs (the profiler shows
+# aten::contiguous inside every aten::group_norm of PoolFormer channels-last in
+# data/validation/H200-nontest-perop.jsonl.gz).
+REGISTRY.stage_contiguous(*iter_ops(["native_group_norm"]), args=("input",))
