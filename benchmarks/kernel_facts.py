@@ -326,6 +326,34 @@ def batch_norm_scaling(gpu: str) -> str:
     return f"batch norm scaling ({gpu}), batch 256 over batch 64 at 112x112: " + "; ".join(cells)
 
 
+def sort_topk_launches(gpu: str) -> str:
+    """The sort and top-k probe (data/kernels/<GPU>-sort-topk.jsonl.gz, benchmarks/sort_topk_probe.py): launches
+    per call by path (rows of at most 4096 elements sorted in place; one or several longer rows radix-sorted;
+    top-k's single- and multi-block radix select, k = 1 and k > 1) and dtype, and the time of a 1x8192 int64 sort."""
+    path = REPO / "data" / "kernels" / f"{gpu}-sort-topk.jsonl.gz"
+    if not path.exists():
+        return f"sort and top-k: no data for {gpu}"
+    from gpuest.annotate.formulas.reduce import SORT_IN_PLACE_MAX, topk_multiblock
+    from gpuest.jsonl import read_jsonl
+    rows = read_jsonl(path)
+
+    def path_of(r: dict) -> str:
+        if r["op"] == "topk":
+            return f"top-k {'multi' if topk_multiblock(r['rows'], r['length']) else 'single'}-block k{min(r['k'], 2)}"
+        if r["length"] <= SORT_IN_PLACE_MAX:
+            return "sort in place"
+        return f"sort radix {'one row' if r['rows'] == 1 else 'rows'}"
+    launches: dict[str, dict[str, set]] = {}
+    for r in rows:
+        if r["op"] in ("sort", "topk"):
+            launches.setdefault(path_of(r), {}).setdefault(r["dtype"], set()).add(r["launches"])
+    example = next(r["us"] for r in rows if r["op"] == "sort" and r["rows"] == 1 and r["length"] == 8192
+                   and r["dtype"] == "int64")
+    cells = [f"{p}: " + ", ".join(f"{dt} {'/'.join(f'{v:g}' for v in sorted(vals))}" for dt, vals in sorted(by.items()))
+             for p, by in sorted(launches.items())]
+    return f"sort and top-k ({gpu}) launches per call: " + "; ".join(cells) + f"; 1x8192 int64 sort {example:.1f} us"
+
+
 def power_sustained(gpu: str) -> str:
     """The power curve probe's sustained series (data/kernels/<GPU>-power-sustained.jsonl, `--series sustained`):
     each load's median power over 20 back-to-back windows from a cool card, its range, and the card's warming."""
@@ -929,6 +957,7 @@ def main() -> None:
     print(kernel_gaps("H200"))
     print(grouped_conv_sweep("H200"))
     print(batch_norm_scaling("H200"))
+    print(sort_topk_launches("H200"))
     print(fp32_prefill_gemms())
     print(persistent_rnn_steps())
     print(per_step_rnn_gemms())
