@@ -758,8 +758,9 @@ def strided_operands(gpu: str, rows: dict[str, dict]) -> str:
 
 def _workspace_rows(kind: str) -> list[dict]:
     rows = []
-    for path in sorted((REPO / "data" / "memory").glob("workspace.*.jsonl")):
-        rows += [r for r in map(json.loads, path.read_text().splitlines()) if r.get("kind") == kind and "error" not in r]
+    from gpuest.jsonl import read_jsonl
+    for path in sorted((REPO / "data" / "memory").glob("workspace.*.jsonl*")):
+        rows += [r for r in read_jsonl(path) if r.get("kind") == kind and "error" not in r]
     return rows
 
 

@@ -194,7 +194,7 @@ def test_first_step_creates_optimizer_state_in_the_cached_activation_blocks():
 
 def test_an_nchw_tensor_core_convolution_holds_its_transposed_activations():
     # cuDNN runs a bf16 3x3 convolution of NCHW data in NHWC: the transposed input and output sit in a
-    # workspace during the call (data/memory/workspace.H200.jsonl); channels-last data needs none.
+    # workspace during the call (data/memory/workspace.H200.jsonl.gz); channels-last data needs none.
     conv = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False).to(torch.bfloat16)
     peaks = {}
     for fmt in (torch.contiguous_format, torch.channels_last):

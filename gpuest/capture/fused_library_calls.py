@@ -42,7 +42,7 @@ VF_RNN_MODES: dict[Callable, str] = {torch._VF.rnn_relu: "RNN_RELU", torch._VF.r
 # The reserve cuDNN keeps from a training forward for its backward, in elements of the compute dtype per
 # layer x direction x time step x batch row x hidden unit; each layer but the last adds one more (its
 # output). The H200 probe measured exactly this for LSTM (5) and GRU (6) at batch >= 64, in fp32, bf16
-# and fp16 (data/memory/workspace.H200.jsonl; `python3 benchmarks/kernel_facts.py` prints the ratio).
+# and fp16 (data/memory/workspace.H200.jsonl.gz; `python3 benchmarks/kernel_facts.py` prints the ratio).
 # Plain RNNs were not measured: one gate and the hidden state are assumed.
 RNN_RESERVE_ELEMENTS = {"LSTM": 5, "GRU": 6, "RNN_TANH": 2, "RNN_RELU": 2}
 
