@@ -18,7 +18,7 @@ register_cost(*iter_ops([
     "_to_copy", "copy_", "clone", "scatter",
     "scatter_reduce",
     "index_copy", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
-    "constant_pad_nd", "reflection_pad2d", "replication_pad2d", "reflection_pad1d",
+    "reflection_pad2d", "replication_pad2d", "reflection_pad1d",
     "zeros", "ones", "full", "arange", "repeat", "flip", "masked_scatter", "_unsafe_view_copy",
     "select_backward", "slice_backward", "index_select_backward", "unfold_backward", "narrow_copy",
     "tril_indices", "triu_indices", "_reshape_copy", "expand_copy", "permute_copy", "view_copy",
@@ -27,6 +27,19 @@ register_cost(*iter_ops([
     "randperm", "searchsorted", "bucketize", "one_hot", "_pin_memory", "resize_",
 ]))(by_category("copy"))
 
+
+
+# CUDA's constant_pad_nd (aten/src/ATen/native/PadNd.cpp) fills the whole output with the value, then copies the
+# input into the output's interior, a narrowed view: two kernels, the interior written twice (and through
+# TensorIterator's strided, non-vectorised copy, data/kernels/H200-in-model-ops.jsonl.gz). Priced as one copy, it
+# took 1.8-1.9x its price in NFNet-F0, ResNetV2-BiT and MaxViT (non-test per-op rows,
+# data/validation/H200-nontest-perop.run3.jsonl.gz and H200-perop.jsonl). Without a positive pad it is a copy.
+@register_cost(*iter_ops(["constant_pad_nd"]))
+def _constant_pad(call: OpCall) -> Cost:
+    cost = generic_cost(call, category="copy")
+    if not any(int(p) > 0 for p in call.arg("pad")):
+        return cost
+    return replace(cost, bytes_written=cost.bytes_written + unique_bytes(tensors(call.first_arg)), kernels=2)
 
 # A fill writes its output and reads nothing: the tensor a `*_like` or `new_*` op takes gives it a shape and a
 # dtype only, and fill_/zero_ overwrite theirs (fill's value, when a tensor, is one element). Priced as a copy,
