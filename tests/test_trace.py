@@ -1160,6 +1160,35 @@ def test_mixed_dtype_and_broadcast_flags():
     assert (add["broadcast_run"], mul["broadcast_run"]) == (0, 1)   # a value per element of the last dim
 
 
+def test_a_single_element_parameter_of_another_dtype_is_a_mixed_dtype_operand():
+    """A 0-dim fp32 gain scaling a bf16 activation is an operand on the GPU, read through TensorIterator's
+    casting path; a Python number is a kernel constant and leaves the op single-dtype."""
+    class Gain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gain = torch.nn.Parameter(torch.ones(()))
+
+        def forward(self, x):
+            return x.mul(self.gain), x.mul(2.0)
+    x = torch.empty(8, 16, dtype=torch.bfloat16)
+    by_param, by_number = [d for _, d in trace(Gain(), (x,)).nodes(data=True) if not d["free"]]
+    assert by_param["mixed_dtypes"] and not by_number["mixed_dtypes"]
+
+
+@pytest.mark.parametrize("pad, kernels", [((1, 1, 1, 1), 2), ((-1, -1, 0, 0), 1)])
+def test_constant_pad_fills_the_output_then_copies_the_input_in(pad, kernels):
+    """CUDA's constant_pad_nd fills the whole output, then copies the input into its interior: two kernels,
+    the interior written twice. With no positive pad it is a copy of the narrowed input."""
+    class Pad(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.pad(x, pad)
+    x = torch.empty(2, 8, 16, 16)
+    (node,) = [d for _, d in trace(Pad(), (x,)).nodes(data=True) if not d["free"]]
+    out_bytes = 2 * 8 * (16 + pad[2] + pad[3]) * (16 + pad[0] + pad[1]) * 4
+    assert node["kernels"] == kernels
+    assert node["bytes_written"] == out_bytes + (x.numel() * 4 if kernels == 2 else 0)
+
+
 @pytest.mark.parametrize("fn, memory_format, run", [
     (lambda x, c: x + c.view(8, 1, 1), torch.contiguous_format, 36),        # per-channel bias over 6x6 planes
     (lambda x, c: x * x.mean((2, 3), keepdim=True), torch.contiguous_format, 36),   # squeeze-excite scale

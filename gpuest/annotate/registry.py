@@ -598,8 +598,11 @@ def innermost_run(t: torch.Tensor, dims: set[int], order: tuple[int, ...] | None
 
 
 def has_mixed_dtypes(inputs: list[torch.Tensor]) -> bool:
-    """Whether tensors (not single-element scalars) of more than one floating dtype are read."""
-    return len({t.dtype for t in inputs if t.is_floating_point() and t.numel() > 1}) > 1
+    """Whether tensors of more than one floating dtype are read. A single-element tensor counts: on the GPU it is
+    an operand of its own (only Python numbers and CPU scalars become kernel constants), and a 0-dim fp32
+    parameter scaling a bf16 activation sends TensorIterator to its casting, non-vectorised path (NFNet-F0's
+    scalar gains took 4x the vectorised time, data/kernels/H200-in-model-ops.jsonl.gz)."""
+    return len({t.dtype for t in inputs if t.is_floating_point()}) > 1
 
 
 def pointwise_cost(call: "OpCall", flops_per_element: float = 1.0) -> Cost:
