@@ -7,12 +7,17 @@ under it. Here every (groups, channels per group) pair of GROUPS x CHANNELS_PER_
 sizes, in bf16 channels-last, bf16 NCHW and fp32 NCHW, through benchmarks/conv_backward_probe.py's timing
 (the profiler's kernel time per call, the kernels cuDNN chose).
 
-Usage (on a GPU): python3 benchmarks/grouped_conv_sweep.py --out OUT.jsonl
+Usage (on a GPU): python3 benchmarks/grouped_conv_sweep.py --out OUT.jsonl [--series resnext]
 One row per (case, layout, dtype, direction), as conv_backward_probe.py writes them. cudnn.benchmark off
 (PyTorch's default, as the validation runs used); clocks are left as found.
+
+--series resnext instead times ResNeXt-50 32x4d's grouped 3x3 layers as the model runs them (32 groups of 4-32
+channels, stride 1 and the stride-2 first layer of each stage, batch 128), whose backward the non-test per-op
+rows of ResNeXt-50 fp32 training show priced 2-6x over (data/validation/H200-nontest-perop.run2.jsonl.gz).
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -20,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conv_backward_probe import _case_rows  # noqa: E402
-from l2_reuse_probe import probe_setup, write_timed_rows  # noqa: E402
+from l2_reuse_probe import write_timed_rows  # noqa: E402
 
 GROUPS = (1, 2, 4, 8, 16, 32)
 CHANNELS_PER_GROUP = (16, 32, 64, 128)
@@ -28,10 +33,34 @@ SPATIAL = (14, 28)
 BATCH = 64
 MAX_CHANNELS = 1024
 VARIANTS = ((torch.bfloat16, "nhwc"), (torch.bfloat16, "nchw"), (torch.float32, "nchw"))
+# ResNeXt-50 32x4d's grouped 3x3 layers: (channels per group, input side, stride), batch 128.
+RESNEXT_LAYERS = ((4, 56, 1), (8, 56, 2), (8, 28, 1), (16, 28, 2), (16, 14, 1), (32, 14, 2), (32, 7, 1))
+RESNEXT_GROUPS, RESNEXT_BATCH = 32, 128
+
+
+def _resnext_rows(dev: torch.device) -> list[dict]:
+    rows = []
+    for cpg, side, stride in RESNEXT_LAYERS:
+        c = RESNEXT_GROUPS * cpg
+        for dtype, layout in VARIANTS:
+            rows += _case_rows(f"resnext_cpg{cpg}_hw{side}_s{stride}", (RESNEXT_BATCH, c, side, side), (c, cpg, 3, 3),
+                               stride, 1, RESNEXT_GROUPS, dtype, layout, dev)
+    return rows
 
 
 def main() -> None:
-    out, dev, _ = probe_setup(__doc__)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--series", choices=["sweep", "resnext"], default="sweep")
+    args = ap.parse_args()
+    out, dev = args.out, torch.device("cuda")
+    if args.series == "resnext":
+        rows = _resnext_rows(dev)
+        write_timed_rows(out, rows, dev, cudnn_version=torch.backends.cudnn.version(),
+                         cudnn_benchmark=torch.backends.cudnn.benchmark)
+        for r in rows:
+            print(f"{r['case']:24s} {r['layout']:5s} {r['dtype']:8s} {r['direction']:11s} {r['us']:9.1f} us")
+        return
     rows = []
     for hw in SPATIAL:
         for groups in GROUPS:
