@@ -8,6 +8,7 @@ from dataclasses import replace
 import torch
 
 from ..registry import REGISTRY, Cost, OpCall, by_category, iter_ops, reduced_rows, register_cost, shape_of, tensors
+from .embedding import RADIX_BITS
 
 
 def _dim_rows(call: OpCall) -> tuple[int, int]:
@@ -59,7 +60,6 @@ SORT_IN_PLACE_MAX = 4096
 SORT_IN_PLACE_LAUNCHES = 5
 SORT_RADIX_LAUNCHES = 6
 SORT_SEGMENTED_LAUNCHES = 7
-RADIX_BITS = 8
 # CUDA's top-k (TensorTopK.cu) finds each row's k-th value by a radix select: rows at least as long as
 # TOPK_MULTIBLOCK_MIN_LENGTH for their row count take the multi-block kernels, TOPK_MULTIBLOCK_PASS_LAUNCHES
 # per RADIX_BITS of the key plus TOPK_MULTIBLOCK_LAUNCHES (scans, counts, the gather); shorter rows one block
