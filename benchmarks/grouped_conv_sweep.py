@@ -38,6 +38,20 @@ RESNEXT_LAYERS = ((4, 56, 1), (8, 56, 2), (8, 28, 1), (16, 28, 2), (16, 14, 1), 
 RESNEXT_GROUPS, RESNEXT_BATCH = 32, 128
 
 
+def _sweep_rows(dev: torch.device) -> list[dict]:
+    rows = []
+    for hw in SPATIAL:
+        for groups in GROUPS:
+            for cpg in CHANNELS_PER_GROUP:
+                c = groups * cpg
+                if c > MAX_CHANNELS:
+                    continue
+                for dtype, layout in VARIANTS:
+                    rows += _case_rows(f"g{groups}_cpg{cpg}_hw{hw}", (BATCH, c, hw, hw), (c, cpg, 3, 3), 1, 1, groups,
+                                       dtype, layout, dev)
+    return rows
+
+
 def _resnext_rows(dev: torch.device) -> list[dict]:
     rows = []
     for cpg, side, stride in RESNEXT_LAYERS:
@@ -54,27 +68,11 @@ def main() -> None:
     ap.add_argument("--series", choices=["sweep", "resnext"], default="sweep")
     args = ap.parse_args()
     out, dev = args.out, torch.device("cuda")
-    if args.series == "resnext":
-        rows = _resnext_rows(dev)
-        write_timed_rows(out, rows, dev, cudnn_version=torch.backends.cudnn.version(),
-                         cudnn_benchmark=torch.backends.cudnn.benchmark)
-        for r in rows:
-            print(f"{r['case']:24s} {r['layout']:5s} {r['dtype']:8s} {r['direction']:11s} {r['us']:9.1f} us")
-        return
-    rows = []
-    for hw in SPATIAL:
-        for groups in GROUPS:
-            for cpg in CHANNELS_PER_GROUP:
-                c = groups * cpg
-                if c > MAX_CHANNELS:
-                    continue
-                for dtype, layout in VARIANTS:
-                    rows += _case_rows(f"g{groups}_cpg{cpg}_hw{hw}", (BATCH, c, hw, hw), (c, cpg, 3, 3), 1, 1, groups,
-                                       dtype, layout, dev)
+    rows = _resnext_rows(dev) if args.series == "resnext" else _sweep_rows(dev)
     write_timed_rows(out, rows, dev, cudnn_version=torch.backends.cudnn.version(),
                      cudnn_benchmark=torch.backends.cudnn.benchmark)
     for r in rows:
-        print(f"{r['case']:18s} {r['layout']:5s} {r['dtype']:8s} {r['direction']:11s} {r['us']:9.1f} us")
+        print(f"{r['case']:24s} {r['layout']:5s} {r['dtype']:8s} {r['direction']:11s} {r['us']:9.1f} us")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ register_cost(*iter_ops([
 ]))(by_category("copy"))
 
 
-
 # CUDA's constant_pad_nd (aten/src/ATen/native/PadNd.cpp) fills the whole output with the value, then copies the
 # input into the output's interior, a narrowed view: two kernels, the interior written twice (and through
 # TensorIterator's strided, non-vectorised copy, data/kernels/H200-in-model-ops.jsonl.gz). Priced as one copy, it
@@ -40,6 +39,7 @@ def _constant_pad(call: OpCall) -> Cost:
     if not any(int(p) > 0 for p in call.arg("pad")):
         return cost
     return replace(cost, bytes_written=cost.bytes_written + unique_bytes(tensors(call.first_arg)), kernels=2)
+
 
 # A fill writes its output and reads nothing: the tensor a `*_like` or `new_*` op takes gives it a shape and a
 # dtype only, and fill_/zero_ overwrite theirs (fill's value, when a tensor, is one element). Priced as a copy,

@@ -73,22 +73,14 @@ TOPK_BLOCK_RADIX_BITS = 2
 INDEX_BYTES = 8
 
 
-def _along_dim(call: OpCall) -> tuple[torch.Tensor, int, int]:
-    """(input, rows, row length) of a sort or top-k along its `dim` (default the last)."""
-    x = tensors(call.first_arg)[0]
-    shape = shape_of(x) or (1,)
-    dim = call.arg("dim", default=-1)
-    length = shape[int(-1 if dim is None else dim) % len(shape)]
-    return x, math.prod(shape) // max(length, 1), length
-
-
 def _radix_passes(x: torch.Tensor, bits_per_pass: int) -> int:
     return max(1, math.ceil(8 * x.element_size() / bits_per_pass))
 
 
 @register_cost(*iter_ops(["sort"]))
 def _sort(call: OpCall) -> Cost:
-    x, rows, length = _along_dim(call)
+    x = tensors(call.first_arg)[0]
+    rows, length = _dim_rows(call)
     n, key = x.numel(), x.element_size()
     if length <= SORT_IN_PLACE_MAX:
         kernels = SORT_IN_PLACE_LAUNCHES
@@ -111,7 +103,8 @@ def topk_multiblock(rows: int, length: int) -> bool:
 
 @register_cost(*iter_ops(["topk"]))
 def _topk(call: OpCall) -> Cost:
-    x, rows, length = _along_dim(call)
+    x = tensors(call.first_arg)[0]
+    rows, length = _dim_rows(call)
     k = int(call.arg("k"))
     n, key = x.numel(), x.element_size()
     sorts_results = int(k > 1 and bool(call.arg("sorted")))
