@@ -16,9 +16,11 @@ def _load(name: str):
     return module
 
 
-def test_the_in_model_probe_refuses_a_model_that_is_not_timm(capsys):
+@pytest.mark.parametrize("probe, extra", [("in_model_conv_kernels", []),
+                                          ("in_model_op_probe", ["--ops", "mul_", "--out", "unused.jsonl"])])
+def test_the_in_model_probes_refuse_a_model_that_is_not_timm(capsys, probe, extra):
     with pytest.raises(SystemExit):
-        _load("in_model_conv_kernels").main(["--model", "resnet50"])
+        _load(probe).main(["--model", "resnet50", *extra])
     assert "--model 'resnet50': only timm models are accepted, written timm:NAME" in capsys.readouterr().err
 
 
