@@ -289,6 +289,9 @@ class CostRegistry:
     # Arguments (by schema name) an op's CUDA kernel makes contiguous before it runs (`.contiguous()` inside
     # the ATen implementation), by overload packet, and whether a dense channels-last tensor passes as is.
     staged_args: dict[Any, tuple[tuple[str, ...], bool]] = field(default_factory=dict)
+    # The argument an op's CUDA kernel first copies, expanded to the output's shape, into its output (ops
+    # that accumulate into their result), by overload packet, with the argument that skips the copy when 0.
+    staged_into_output: dict[Any, tuple[str, str]] = field(default_factory=dict)
 
     def register(self, *ops: Any) -> Callable[[Formula], Formula]:
         """Decorator registering a formula for `ops` (overloads or overload packets); an op registered
@@ -320,11 +323,18 @@ class CostRegistry:
         for op in ops:
             self.staged_args[op] = (tuple(args), channels_last_ok)
 
+    def stage_into_output(self, *ops: Any, arg: str, unless_zero: str) -> None:
+        """Declare that `ops` copy their argument `arg`, expanded to the output's shape, into the output
+        before they accumulate into it (a copy kernel of its own), unless their argument `unless_zero` is 0."""
+        for op in ops:
+            self.staged_into_output[op] = (arg, unless_zero)
+
     def staged_copies(self, call: OpCall) -> list[OpCall]:
-        """The copies `call` makes of its staged arguments not already in the layout its kernel needs, as
-        clone calls on fake tensors (the caller records them before the op; each writes a fresh tensor)."""
+        """The copies `call` makes of its staged arguments not already in the layout its kernel needs (as
+        clone calls on fake tensors; each writes a fresh tensor), and of the argument it copies into its
+        output (a copy_ into the output itself); the caller records them before the op."""
         names, channels_last_ok = self.staged_args.get(call.func.overloadpacket, ((), False))
-        copies = []
+        copies = self._copies_into_output(call)
         for name in names:
             t = call.arg(name)
             if not isinstance(t, torch.Tensor) or t.numel() <= 1 or t.is_contiguous():
@@ -336,6 +346,16 @@ class CostRegistry:
             copies.append(OpCall(torch.ops.aten.clone.default, (t,), {"memory_format": layout},
                                  torch.empty_like(t, memory_format=layout)))
         return copies
+
+    def _copies_into_output(self, call: OpCall) -> list[OpCall]:
+        arg, unless_zero = self.staged_into_output.get(call.func.overloadpacket, ("", ""))
+        if not arg or call.arg(unless_zero) == 0:
+            return []
+        src, out = call.arg(arg), call.out
+        if not isinstance(src, torch.Tensor) or not isinstance(out, torch.Tensor) \
+                or storage_key(src) == storage_key(out):
+            return []
+        return [OpCall(torch.ops.aten.copy_.default, (out, src.expand(out.shape)), {}, out)]
 
     def known_ops(self) -> list[str]:
         return sorted({str(k) for k in self.by_overload} | {str(k) for k in self.by_packet})

@@ -15,7 +15,7 @@ from ..registry import (
 # scatter_add and index_add accumulate by index with atomic adds (their 16-bit cost: formulas.pool).
 register_cost(*iter_ops(["scatter_add", "index_add"]))(with_atomic_adds(by_category("copy")))
 register_cost(*iter_ops([
-    "_to_copy", "copy_", "clone", "scatter",
+    "_to_copy", "clone", "scatter",
     "scatter_reduce",
     "index_copy", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
     "reflection_pad2d", "replication_pad2d", "reflection_pad1d",
@@ -26,6 +26,12 @@ register_cost(*iter_ops([
     "_unsafe_masked_index_put_accumulate", "lift_fresh_copy",
     "randperm", "searchsorted", "bucketize", "one_hot", "_pin_memory", "resize_",
 ]))(by_category("copy"))
+
+
+@register_cost(*iter_ops(["copy_"]))
+def _copy_into(call: OpCall) -> Cost:
+    # copy_ overwrites its destination without reading what it held: only the source is read.
+    return replace(by_category("copy")(call), bytes_read=unique_bytes([call.arg("src")]))
 
 
 # CUDA's constant_pad_nd (aten/src/ATen/native/PadNd.cpp) fills the whole output with the value, then copies the
