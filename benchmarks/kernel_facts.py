@@ -96,6 +96,33 @@ def permuted_reads(gpu: str, rows: dict[str, dict]) -> str:
     return f"permuted copies, median time / memory roofline by dtype and read amplification: {shown}"
 
 
+def broadcast_loops(gpu: str, rows: dict[str, dict]) -> str:
+    """Elementwise benchmarks' time over their memory roofline, plain against those reading an operand expanded
+    (TensorIterator's non-vectorised loop), by data type (features.broadcast_lowp)."""
+    from gpuest.calibrate.retrace import retrace_nodes
+    from gpuest.catalog import get_gpu
+
+    names = [n for n, r in rows.items() if r.get("category") == "elementwise"]
+    nodes = retrace_nodes(names, jobs=1)
+    bandwidth = get_gpu(gpu).memory_bandwidth_bytes_per_s
+    groups: dict[tuple[str, bool], list[float]] = {}
+    for name in names:
+        if len(nodes.get(name, [])) != 1:
+            continue
+        (node,) = nodes[name]
+        roofline_us = (node["bytes_read"] + node["bytes_written"]) / bandwidth * 1e6
+        if node["category"] == "elementwise":
+            groups.setdefault((node["dtype"], bool(node["broadcast"])), []).append(_us(rows[name]) / roofline_us)
+    cells = []
+    for dtype in sorted({d for d, _ in groups}):
+        plain, expanded = groups.get((dtype, False)), groups.get((dtype, True))
+        if plain and expanded:
+            cells.append(f"{dtype} plain {statistics.median(plain):.2f} (n={len(plain)}), expanded "
+                         f"{statistics.median(expanded):.2f} (n={len(expanded)}): "
+                         f"{statistics.median(expanded) / statistics.median(plain):.2f}x")
+    return "elementwise, median time / memory roofline: " + "; ".join(cells)
+
+
 def nhwc_depthwise(rows: dict[str, dict]) -> str:
     out = []
     for mode in ("bf16", "tf32"):
@@ -937,7 +964,8 @@ def main() -> None:
     for gpu in GPUS:
         rows = _rows(gpu)
         print(f"== {gpu}")
-        for line in (causal_pairs(gpu, rows), copies(rows), permuted_reads(gpu, rows), nhwc_depthwise(rows),
+        for line in (causal_pairs(gpu, rows), copies(rows), permuted_reads(gpu, rows), broadcast_loops(gpu, rows),
+                     nhwc_depthwise(rows),
                      mixed_add(rows),
                      odd_rows(rows), reductions(gpu, rows), layer_norm_weight_gradients(rows),
                      permuted_elementwise(rows), write_heavy_casts(rows), rnn_gaps(rows), rgb_stems(rows),

@@ -422,6 +422,21 @@ def test_only_16_bit_atomic_accumulation_sets_the_atomic_lowp_feature():
     assert times.features[:, RESIDUAL_FEATURES.index("atomic_lowp")].tolist() == [1.0, 0.0, 0.0]
 
 
+def test_only_a_16_bit_broadcast_of_one_dtype_sets_the_broadcast_lowp_feature():
+    """TensorIterator's non-vectorised loop over an expanded operand: a 16-bit op of one dtype, not an fp32
+    one, not a plain one, and not one of two dtypes (mixed_dtypes prices that loop already)."""
+    from gpuest.price.features import RESIDUAL_FEATURES
+    base = {"op": "aten.mul.Tensor", "category": "elementwise", "flops": 1e6, "bytes_read": 4e6,
+            "bytes_written": 4e6}
+    table = NodeTable.from_records([{**base, "math_mode": "bf16", "dtype": "bfloat16", "broadcast": True},
+                                    {**base, "math_mode": "fp32", "dtype": "float32", "broadcast": True},
+                                    {**base, "math_mode": "bf16", "dtype": "bfloat16", "broadcast": False},
+                                    {**base, "math_mode": "bf16", "dtype": "bfloat16", "broadcast": True,
+                                     "mixed_dtypes": True}])
+    times, _ = device_times(table, get_gpu("H100"), 1980.0, prior_profile())
+    assert times.features[:, RESIDUAL_FEATURES.index("broadcast_lowp")].tolist() == [1.0, 0.0, 0.0, 0.0]
+
+
 def test_a_kernel_variant_has_its_own_fit_and_falls_back_to_its_ops():
     """A transposed convolution is priced by the fits of its variant where the profile has them, else by
     its op's (in its math mode first), never by a sibling variant's."""

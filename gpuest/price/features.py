@@ -438,6 +438,16 @@ def _permuted_lowp(x: FeatureInputs) -> np.ndarray:
     return x.permuted & x.lowp_data
 
 
+@feature("broadcast_lowp")
+def _broadcast_lowp(x: FeatureInputs) -> np.ndarray:
+    """An operand read expanded takes TensorIterator's non-vectorised loop, so 16-bit elements cost nearly
+    what 32-bit ones do, as in a permuted op: over their memory roofline, the suite's bf16 elementwise ops
+    with an expanded operand take 1.27x the time of plain ones, fp32 ones 0.97x (H200; H100 1.28x and
+    1.00x; benchmarks/kernel_facts.py, broadcast_loops). Operands of two dtypes take that loop anyway
+    (mixed_dtypes): a bf16 activation times an fp32 layer scale is not slowed twice."""
+    return x.table.broadcast & ~x.table.tensor_core & x.lowp_data & ~x.table.mixed_dtypes
+
+
 @feature("read_waste")
 def _read_waste(x: FeatureInputs) -> np.ndarray:
     """Which permutation: the share of the sectors a permuted op's loop fetches that it does not use,
