@@ -353,6 +353,33 @@ def batch_norm_scaling(gpu: str) -> str:
     return f"batch norm scaling ({gpu}), batch 256 over batch 64 at 112x112: " + "; ".join(cells)
 
 
+def batch_norm_channels(gpu: str) -> str:
+    """The batch norm channel sweep (data/kernels/<GPU>-batch-norm-channels.jsonl.gz,
+    benchmarks/batch_norm_scaling_probe.py --series channels): the backward kernel's time over 128-396 channels
+    against 528 (4 blocks on each of 132 SMs) fitted as (channels / 528) ** a per dtype and plane, the median a
+    (features.PARTIAL_WAVE_EXPONENT), and 672 and 1024 channels against a full wave plus a partial one at
+    that exponent."""
+    from gpuest.jsonl import read_jsonl
+
+    path = REPO / "data" / "kernels" / f"{gpu}-batch-norm-channels.jsonl.gz"
+    if not path.exists():
+        return f"batch norm channels: no data for {gpu}"
+    us = {(r["dtype"], r["plane"], r["channels"]): sum(k[1] for k in r["kernels"] if "bw" in k[0] or "backward" in k[0])
+          for r in read_jsonl(path) if r["direction"] == "train_backward"}
+    fits = {}
+    for dtype, plane in sorted({k[:2] for k in us}):
+        xs = [math.log(c / 528) for c in (128, 192, 264, 396)]
+        ys = [math.log(us[(dtype, plane, c)] / us[(dtype, plane, 528)]) for c in (128, 192, 264, 396)]
+        fits[(dtype, plane)] = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+    a = statistics.median(fits.values())
+    cells = []
+    for (dtype, plane), fit in fits.items():
+        full = us[(dtype, plane, 528)]
+        over = [us[(dtype, plane, c)] / (full * (1 + ((c - 528) / 528) ** a)) for c in (672, 1024)]
+        cells.append(f"{dtype} {plane}x{plane} a={fit:.2f}, 672/1024 measured over priced {over[0]:.2f}/{over[1]:.2f}")
+    return f"batch norm backward by channels ({gpu}), median a={a:.2f}: " + "; ".join(cells)
+
+
 def sort_topk_launches(gpu: str) -> str:
     """The sort and top-k probe (data/kernels/<GPU>-sort-topk.jsonl.gz, benchmarks/sort_topk_probe.py): launches
     per call by path (rows of at most 4096 elements sorted in place; one or several longer rows radix-sorted;
@@ -987,6 +1014,7 @@ def main() -> None:
     print(grouped_conv_sweep("H200"))
     print(batch_norm_scaling("H200"))
     print(sort_topk_launches("H200"))
+    print(batch_norm_channels("H200"))
     print(fp32_prefill_gemms())
     print(persistent_rnn_steps())
     print(per_step_rnn_gemms())

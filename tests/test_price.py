@@ -437,6 +437,24 @@ def test_only_a_16_bit_broadcast_of_one_dtype_sets_the_broadcast_lowp_feature():
     assert times.features[:, RESIDUAL_FEATURES.index("broadcast_lowp")].tolist() == [1.0, 0.0, 0.0, 0.0]
 
 
+def test_a_partial_last_wave_of_channel_blocks_costs_more_than_its_bytes():
+    """NCHW batch norm runs a block per channel, ROW_BLOCKS_PER_SM resident per SM: past the first wave, a
+    partial last wave is timed as more channels than it has (channel_wave_factor), never as a whole wave;
+    channels-last batch norm, one wave or less, and other categories keep their bytes."""
+    from gpuest.price.features import ROW_BLOCKS_PER_SM, channel_wave_factor
+    gpu = get_gpu("H100")
+    wave = int(gpu.sm_count * ROW_BLOCKS_PER_SM["norm"])
+    base = {"op": "aten.native_batch_norm_backward.default", "category": "norm", "flops": 1e6,
+            "bytes_read": 4e6, "bytes_written": 2e6, "row_len": 50176, "row_segment": 196}
+    rows = [wave // 2, wave, wave + wave // 4, 2 * wave]
+    table = NodeTable.from_records([{**base, "row_count": r} for r in rows]
+                                   + [{**base, "row_count": wave + wave // 4, "row_segment": 0},
+                                      {**base, "row_count": wave + wave // 4, "category": "reduction"}])
+    factor = channel_wave_factor(table, gpu)
+    assert factor[[0, 1, 3, 4, 5]].tolist() == [1.0, 1.0, 1.0, 1.0, 1.0]
+    assert 1.0 < factor[2] < 2 * wave / (wave + wave // 4)
+
+
 def test_a_kernel_variant_has_its_own_fit_and_falls_back_to_its_ops():
     """A transposed convolution is priced by the fits of its variant where the profile has them, else by
     its op's (in its math mode first), never by a sibling variant's."""

@@ -76,6 +76,11 @@ NARROW_DIM = 64
 # mean 4.6x: benchmarks/kernel_facts.py; kept by benchmarks/cross_validate.py, docs/CV_HISTORY.md).
 ROW_LEN_REF = 1024
 ROW_BLOCKS_PER_SM = {"norm": 4.0}
+# A batch norm backward over NCHW data with a partial last wave of channel blocks takes a full wave's time
+# times (its share of a wave's blocks) ** this, as a first wave that few blocks fill: 672 channels of
+# 256x14x14 take 1.6x the time of 528, where bytes alone say 1.27x (the median over fp32 and bf16 at
+# 7x7-56x56 planes, 0.16-1.04; benchmarks/kernel_facts.py, batch_norm_channels).
+PARTIAL_WAVE_EXPONENT = 0.45
 ROW_SEGMENT_REF = 256
 BROADCAST_RUN_REF = 256
 ROW_OVERHEAD_S = {"norm": 1e-7, "reduction": 3e-8}
@@ -283,6 +288,20 @@ def _log_row_len(x: FeatureInputs) -> np.ndarray:
     and blocks (its launch fill and global finish are features of their own), so only a short row counts."""
     row_len_rel = np.clip(np.log2(np.maximum(x.table.rowwise[:, 1], 1.0) / ROW_LEN_REF), -10.0, 10.0)
     return np.where(x.rowwise, np.where(x.table.reduce_kernel, np.minimum(row_len_rel, 0.0), row_len_rel), 0.0)
+
+
+def channel_wave_factor(table: "NodeTable", gpu: GPUSpec) -> np.ndarray:
+    """Per node, the channels a batch norm kernel over NCHW data is timed as (a block per channel,
+    ROW_BLOCKS_PER_SM resident per SM) over its channels: each full wave of blocks, then a partial last wave
+    that takes PARTIAL_WAVE_EXPONENT of a full one's time per its share of blocks, as a first wave with as
+    few blocks does (log_row_fill prices a first wave). 1 for every other node and within the first wave."""
+    per_wave = gpu.sm_count * ROW_BLOCKS_PER_SM["norm"]
+    rows = np.maximum(table.rowwise[:, 0], 1.0)
+    full = np.floor(rows / per_wave)
+    last = (rows - full * per_wave) / per_wave
+    timed_as = (full + np.power(last, PARTIAL_WAVE_EXPONENT)) * per_wave
+    per_channel = (table.category == "norm") & (table.row_segment > 0) & (rows > per_wave)
+    return np.where(per_channel, timed_as / rows, 1.0)
 
 
 @feature("log_row_fill")
