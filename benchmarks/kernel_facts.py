@@ -75,22 +75,31 @@ def copies(rows: dict[str, dict]) -> str:
             f"casts {min(by['cast']):.2f}-{max(by['cast']):.2f} TB/s")
 
 
-def permuted_reads(gpu: str, rows: dict[str, dict]) -> str:
-    """Permuted copies' time over their memory roofline, by data type and read amplification (the sectors a
-    block of the strided loop reads over those its bytes fill, Cost.read_amplification)."""
+def _single_nodes_over_roofline(gpu: str, rows: dict[str, dict], category: str) -> list[tuple[dict, float]]:
+    """The node of each suite benchmark of `category` that traces to one node, as this estimator derives it,
+    with the benchmark's time over that node's memory roofline (its bytes at catalogue bandwidth)."""
     from gpuest.calibrate.retrace import retrace_nodes
     from gpuest.catalog import get_gpu
 
-    names = [n for n, r in rows.items() if r.get("category") == "copy"]
+    names = [n for n, r in rows.items() if r.get("category") == category]
     nodes = retrace_nodes(names, jobs=1)
     bandwidth = get_gpu(gpu).memory_bandwidth_bytes_per_s
-    groups: dict[tuple[str, int], list[float]] = {}
+    out = []
     for name in names:
+        if len(nodes.get(name, [])) != 1:
+            continue
         (node,) = nodes[name]
+        out.append((node, _us(rows[name]) / ((node["bytes_read"] + node["bytes_written"]) / bandwidth * 1e6)))
+    return out
+
+
+def permuted_reads(gpu: str, rows: dict[str, dict]) -> str:
+    """Permuted copies' time over their memory roofline, by data type and read amplification (the sectors a
+    block of the strided loop reads over those its bytes fill, Cost.read_amplification)."""
+    groups: dict[tuple[str, int], list[float]] = {}
+    for node, over_roofline in _single_nodes_over_roofline(gpu, rows, "copy"):
         if node["permuted"]:
-            roofline_us = (node["bytes_read"] + node["bytes_written"]) / bandwidth * 1e6
-            key = (node["dtype"], round(node["read_amplification"]))
-            groups.setdefault(key, []).append(_us(rows[name]) / roofline_us)
+            groups.setdefault((node["dtype"], round(node["read_amplification"])), []).append(over_roofline)
     shown = ", ".join(f"{dtype} x{amp}: {statistics.median(v):.1f} (n={len(v)})"
                       for (dtype, amp), v in sorted(groups.items()))
     return f"permuted copies, median time / memory roofline by dtype and read amplification: {shown}"
@@ -99,20 +108,10 @@ def permuted_reads(gpu: str, rows: dict[str, dict]) -> str:
 def broadcast_loops(gpu: str, rows: dict[str, dict]) -> str:
     """Elementwise benchmarks' time over their memory roofline, plain against those reading an operand expanded
     (TensorIterator's non-vectorised loop), by data type (features.broadcast_lowp)."""
-    from gpuest.calibrate.retrace import retrace_nodes
-    from gpuest.catalog import get_gpu
-
-    names = [n for n, r in rows.items() if r.get("category") == "elementwise"]
-    nodes = retrace_nodes(names, jobs=1)
-    bandwidth = get_gpu(gpu).memory_bandwidth_bytes_per_s
     groups: dict[tuple[str, bool], list[float]] = {}
-    for name in names:
-        if len(nodes.get(name, [])) != 1:
-            continue
-        (node,) = nodes[name]
-        roofline_us = (node["bytes_read"] + node["bytes_written"]) / bandwidth * 1e6
+    for node, over_roofline in _single_nodes_over_roofline(gpu, rows, "elementwise"):
         if node["category"] == "elementwise":
-            groups.setdefault((node["dtype"], bool(node["broadcast"])), []).append(_us(rows[name]) / roofline_us)
+            groups.setdefault((node["dtype"], bool(node["broadcast"])), []).append(over_roofline)
     cells = []
     for dtype in sorted({d for d, _ in groups}):
         plain, expanded = groups.get((dtype, False)), groups.get((dtype, True))
@@ -356,26 +355,29 @@ def batch_norm_scaling(gpu: str) -> str:
 def batch_norm_channels(gpu: str) -> str:
     """The batch norm channel sweep (data/kernels/<GPU>-batch-norm-channels.jsonl.gz,
     benchmarks/batch_norm_scaling_probe.py --series channels): the backward kernel's time over 128-396 channels
-    against 528 (4 blocks on each of 132 SMs) fitted as (channels / 528) ** a per dtype and plane, the median a
-    (features.PARTIAL_WAVE_EXPONENT), and 672 and 1024 channels against a full wave plus a partial one at
-    that exponent."""
+    against a full wave (ROW_BLOCKS_PER_SM blocks on each SM: 528 on the H200) fitted as
+    (channels / full wave) ** a per dtype and plane, the median a (features.PARTIAL_WAVE_EXPONENT), and 672 and
+    1024 channels against a full wave plus a partial one at that exponent."""
+    from gpuest.catalog import get_gpu
     from gpuest.jsonl import read_jsonl
+    from gpuest.price.features import ROW_BLOCKS_PER_SM
 
     path = REPO / "data" / "kernels" / f"{gpu}-batch-norm-channels.jsonl.gz"
     if not path.exists():
         return f"batch norm channels: no data for {gpu}"
+    wave = int(get_gpu(gpu).sm_count * ROW_BLOCKS_PER_SM["norm"])
     us = {(r["dtype"], r["plane"], r["channels"]): sum(k[1] for k in r["kernels"] if "bw" in k[0] or "backward" in k[0])
           for r in read_jsonl(path) if r["direction"] == "train_backward"}
     fits = {}
     for dtype, plane in sorted({k[:2] for k in us}):
-        xs = [math.log(c / 528) for c in (128, 192, 264, 396)]
-        ys = [math.log(us[(dtype, plane, c)] / us[(dtype, plane, 528)]) for c in (128, 192, 264, 396)]
+        xs = [math.log(c / wave) for c in (128, 192, 264, 396)]
+        ys = [math.log(us[(dtype, plane, c)] / us[(dtype, plane, wave)]) for c in (128, 192, 264, 396)]
         fits[(dtype, plane)] = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
     a = statistics.median(fits.values())
     cells = []
     for (dtype, plane), fit in fits.items():
-        full = us[(dtype, plane, 528)]
-        over = [us[(dtype, plane, c)] / (full * (1 + ((c - 528) / 528) ** a)) for c in (672, 1024)]
+        full = us[(dtype, plane, wave)]
+        over = [us[(dtype, plane, c)] / (full * (1 + ((c - wave) / wave) ** a)) for c in (672, 1024)]
         cells.append(f"{dtype} {plane}x{plane} a={fit:.2f}, 672/1024 measured over priced {over[0]:.2f}/{over[1]:.2f}")
     return f"batch norm backward by channels ({gpu}), median a={a:.2f}: " + "; ".join(cells)
 

@@ -31,7 +31,7 @@ register_cost(*iter_ops([
 @register_cost(*iter_ops(["copy_"]))
 def _copy_into(call: OpCall) -> Cost:
     # copy_ overwrites its destination without reading what it held: only the source is read.
-    return replace(by_category("copy")(call), bytes_read=unique_bytes([call.arg("src")]))
+    return replace(generic_cost(call, category="copy"), bytes_read=unique_bytes([call.arg("src")]))
 
 
 # CUDA's constant_pad_nd (aten/src/ATen/native/PadNd.cpp) fills the whole output with the value, then copies the
