@@ -356,8 +356,8 @@ def batch_norm_channels(gpu: str) -> str:
     """The batch norm channel sweep (data/kernels/<GPU>-batch-norm-channels.jsonl.gz,
     benchmarks/batch_norm_scaling_probe.py --series channels): the backward kernel's time over 128-396 channels
     against a full wave (ROW_BLOCKS_PER_SM blocks on each SM: 528 on the H200) fitted as
-    (channels / full wave) ** a per dtype and plane, the median a (features.PARTIAL_WAVE_EXPONENT), and 672 and
-    1024 channels against a full wave plus a partial one at that exponent."""
+    (channels / full wave) ** a per dtype and plane, the median a (features.PARTIAL_WAVE_EXPONENT), 672 and 1024
+    channels' time over a full wave's, and theirs against a full wave plus a partial one at that exponent."""
     from gpuest.catalog import get_gpu
     from gpuest.jsonl import read_jsonl
     from gpuest.price.features import ROW_BLOCKS_PER_SM
@@ -378,7 +378,9 @@ def batch_norm_channels(gpu: str) -> str:
     for (dtype, plane), fit in fits.items():
         full = us[(dtype, plane, wave)]
         over = [us[(dtype, plane, c)] / (full * (1 + ((c - wave) / wave) ** a)) for c in (672, 1024)]
-        cells.append(f"{dtype} {plane}x{plane} a={fit:.2f}, 672/1024 measured over priced {over[0]:.2f}/{over[1]:.2f}")
+        cells.append(f"{dtype} {plane}x{plane} a={fit:.2f}, 672 and 1024 over {wave} channels "
+                     f"{us[(dtype, plane, 672)] / full:.2f}/{us[(dtype, plane, 1024)] / full:.2f}x, "
+                     f"672/1024 measured over priced {over[0]:.2f}/{over[1]:.2f}")
     return f"batch norm backward by channels ({gpu}), median a={a:.2f}: " + "; ".join(cells)
 
 

@@ -78,7 +78,7 @@ ROW_LEN_REF = 1024
 ROW_BLOCKS_PER_SM = {"norm": 4.0}
 # A batch norm backward over NCHW data with a partial last wave of channel blocks takes a full wave's time
 # times (its share of a wave's blocks) ** this, as a first wave that few blocks fill: 672 channels of
-# 256x14x14 take 1.6x the time of 528, where bytes alone say 1.27x (the median over fp32 and bf16 at
+# 256x14x14 take 1.55-1.63x the time of 528, where bytes alone say 1.27x (the median over fp32 and bf16 at
 # 7x7-56x56 planes, 0.16-1.04; benchmarks/kernel_facts.py, batch_norm_channels).
 PARTIAL_WAVE_EXPONENT = 0.45
 ROW_SEGMENT_REF = 256
