@@ -3,7 +3,11 @@ vectors, against the aligned shape next to it, by which operand's rows it sets, 
 residual fit's `misaligned` feature (gpuest/price/features.py) is one flag for any of M, N and K; which of
 them matter, and whether the slowdown is a constant factor or shrinks with size, decides what it should be.
 
-Usage (on a GPU): python3 benchmarks/misaligned_gemm_probe.py --out OUT.jsonl
+The `row_bytes` series adds widths whose 16-bit rows are aligned to 8 bytes (30524, 50260, 2052: whole
+16-byte vectors in fp32) and fp16 beside bf16, at three token counts: how the slowdown steps with the row
+alignment in bytes, and whether fp16 shares bf16's.
+
+Usage (on a GPU): python3 benchmarks/misaligned_gemm_probe.py [--series row_bytes] --out OUT.jsonl
 One row per (mode, pass, tokens, width pair): the median time of a linear layer's forward (addmm, M = tokens,
 N = out, K = in), its data gradient (mm, M = tokens, N = in, K = out) and its weight gradient (mm of the
 transposed output gradient, M = out, N = in, K = tokens), each on the misaligned shape and on the aligned one
@@ -22,6 +26,9 @@ import torch.nn.functional as F
 TOKENS = (197, 200, 4095, 4096, 16383, 16384)      # odd and even token counts, in pairs
 WIDTHS = ((768, 30522, 30528), (768, 50257, 50304), (2048, 2049, 2048))   # (in, out misaligned, out aligned)
 MODES = ("bf16", "fp32", "tf32")
+ROW_BYTES_WIDTHS = WIDTHS + ((768, 30524, 30528), (768, 50260, 50304), (2048, 2052, 2048))
+SERIES = {"widths": (TOKENS, WIDTHS, MODES),
+          "row_bytes": ((200, 4096, 16384), ROW_BYTES_WIDTHS, ("bf16", "fp16", "tf32", "fp32"))}
 REPEATS = 20
 
 
@@ -47,15 +54,18 @@ def _passes(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, g: torch.Tensor) 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--series", choices=sorted(SERIES), default="widths")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     dev = torch.device("cuda")
+    token_counts, widths, modes = SERIES[args.series]
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}
     rows = []
-    for mode in MODES:
+    for mode in modes:
         torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
-        dtype = torch.bfloat16 if mode == "bf16" else torch.float32
-        for tokens in TOKENS:
-            for fin, out_mis, out_al in WIDTHS:
+        dtype = dtypes[mode]
+        for tokens in token_counts:
+            for fin, out_mis, out_al in widths:
                 times = {}
                 for out in (out_mis, out_al):
                     x = torch.randn(tokens, fin, device=dev, dtype=dtype)
@@ -73,7 +83,8 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     meta = {"gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__, "cuda": torch.version.cuda,
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "repeats": REPEATS,
-            "command": "python3 benchmarks/misaligned_gemm_probe.py --out OUT.jsonl"}
+            "series": args.series,
+            "command": f"python3 benchmarks/misaligned_gemm_probe.py --series {args.series} --out OUT.jsonl"}
     with open(args.out, "w") as f:
         for r in rows:
             f.write(json.dumps({**meta, **r}) + "\n")
