@@ -13,7 +13,8 @@ from .shape_tables import shape_column, shape_table
 def _matmul(out: list[Benchmark]) -> None:
     mm_shapes = ([(s, s, s) for s in shape_column("matmul", "square")]
                  + shape_table("matmul", "awkward", "skinny", "prefill", "rectangular", "weight_gradients",
-                               "tiny_inner"))
+                               "tiny_inner")
+                 + [(tokens, fin, fout) for tokens, fin, fout in shape_table("matmul", "misaligned_widths")])
     # fp32 (SIMT) GEMMs of prefill size reach a median 65 % of peak where weight gradients filling as many
     # tiles per SM reach 74 % (python3 benchmarks/kernel_facts.py); the fit's features cannot tell them apart
     # yet, and with them it priced fp32 weight gradients slower (data/calibration/experiments/prefill_fp32.*).
@@ -33,7 +34,7 @@ def _matmul(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"mm_{mode}_m{m}_n{n}_k{k}", "matmul", {"op": "mm", "dtype": mode, "m": m, "n": n,
                                                                           "k": k}, build,
                                  est_ms=_est(fl, nb, mode), matmul_tf32=mode == "tf32"))
-        for tokens, fin, fout in shape_table("matmul", "linear", "tiny_linear"):
+        for tokens, fin, fout in shape_table("matmul", "linear", "tiny_linear", "misaligned_widths"):
             fl = 2.0 * tokens * fin * fout
             nb = (tokens * fin + fin * fout + tokens * fout) * dt.itemsize
 
