@@ -967,19 +967,31 @@ def l2_warm_copy_savings(gpu: str) -> str:
                         for (op, dtype), v in sorted(by_op.items())))
 
 
+# Bytes per element of the probe's math modes (tf32 runs on fp32 data).
+_MODE_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
+
+
+def _misaligned_gemm_rows(gpu: str) -> list[dict]:
+    """Rows of both misaligned-GEMM probe series of `gpu` (the `row_bytes` one where measured)."""
+    rows = _kernel_records(f"{gpu}-misaligned-gemms")
+    extra = REPO / "data" / "kernels" / f"{gpu}-misaligned-gemms.row-bytes.jsonl"
+    return rows + (_kernel_records(f"{gpu}-misaligned-gemms.row-bytes") if extra.exists() else [])
+
+
 def misaligned_gemms(gpu: str) -> str:
-    """The misaligned-GEMM probe (data/kernels/<gpu>-misaligned-gemms.jsonl, benchmarks/misaligned_gemm_probe.py):
-    per math mode and the alignment in bytes of the misaligned width's rows (the largest power of two up to 16
-    dividing out x element bytes), median and range of misaligned over aligned time; and the time per token of
-    an odd token count (197, 4095, 16383) over that of the next even one, aligned widths: the tokens are M of
-    the forward and the data gradient and K of the weight gradient, and no stored operand's rows run along them."""
+    """The misaligned-GEMM probe (data/kernels/<gpu>-misaligned-gemms[.row-bytes].jsonl,
+    benchmarks/misaligned_gemm_probe.py): per math mode and the alignment in bytes of the misaligned width's
+    rows (the largest power of two up to 16 dividing out x element bytes), median and range of misaligned over
+    aligned time; and the time per token of an odd token count (197, 4095, 16383) over that of the next even
+    one, aligned widths: the tokens are M of the forward and the data gradient and K of the weight gradient,
+    and no stored operand's rows run along them."""
     rows = _kernel_records(f"{gpu}-misaligned-gemms")
     by_class: dict[tuple[str, int], list[float]] = {}
     aligned = {(r["mode"], r["pass"], r["tokens"], r["out"]): r["aligned_us"] for r in rows}
     odd_tokens = []
+    for r in _misaligned_gemm_rows(gpu):
+        by_class.setdefault((r["mode"], math.gcd(r["out"] * _MODE_BYTES[r["mode"]], 16)), []).append(r["ratio"])
     for r in rows:
-        row_bytes = r["out"] * (2 if r["mode"] == "bf16" else 4)
-        by_class.setdefault((r["mode"], math.gcd(row_bytes, 16)), []).append(r["ratio"])
         if r["tokens"] % 2:   # against the next even token count measured, per token
             even = min(t for m, p, t, o in aligned if t > r["tokens"] and t % 2 == 0)
             odd_tokens.append(r["aligned_us"] / r["tokens"]
@@ -989,6 +1001,27 @@ def misaligned_gemms(gpu: str) -> str:
                         for (mode, align), v in sorted(by_class.items()))
             + f"; odd token counts over even ones {min(odd_tokens):.2f}-{max(odd_tokens):.2f} per token "
               f"(n={len(odd_tokens)})")
+
+
+def misaligned_gemm_peak_shares() -> str:
+    """The share of its mode's dense catalogue peak a misaligned GEMM of 4096 to 16384 tokens reaches, by kind
+    (plain: the gradients' mm; bias: the forward's addmm with a bias vector), mode and row alignment in bytes,
+    pooled over both GPUs' probe rows: MISALIGNED_GEMM_PEAK_SHARE (gpuest/price/features.py) holds these
+    medians."""
+    from gpuest.catalog import get_gpu
+    shares: dict[tuple[str, str, int], list[float]] = {}
+    for gpu in GPUS:
+        spec = get_gpu(gpu)
+        for r in _misaligned_gemm_rows(gpu):
+            align = math.gcd(r["out"] * _MODE_BYTES[r["mode"]], 16)
+            if r["tokens"] >= 4095 and align < 16:
+                flops = 2.0 * r["tokens"] * r["in"] * r["out"]
+                kind = "bias" if r["pass"] == "forward" else "plain"
+                shares.setdefault((kind, r["mode"], align), []).append(
+                    flops / (r["misaligned_us"] * 1e-6) / spec.peak_flops_per_s(r["mode"]))
+    return ("misaligned GEMMs' share of the dense peak, 4096-16384 tokens, H100 and H200: "
+            + "; ".join(f"{kind} {mode} {align} B {statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f}, n={len(v)})"
+                        for (kind, mode, align), v in sorted(shares.items())))
 
 
 def main() -> None:
@@ -1008,6 +1041,7 @@ def main() -> None:
                      foreach_walks(gpu, rows)):
             print("  " + line)
     print(bandwidth_scaling())
+    print(misaligned_gemm_peak_shares())
     print(foreach_walk_probe("H200"))
     print(plane_walk_probe("H200"))
     print(fold_probe("H200"))

@@ -928,6 +928,72 @@ def test_dense_tensor_core_convolution_pays_for_padded_channels():
     assert _times_of([grouped])[1].work_flops[0] == pytest.approx(grouped["flops"])
 
 
+class Linear(torch.nn.Module):
+    """x @ w^T as nn.Linear without a bias traces it (mm against the transposed weight)."""
+    def forward(self, x, w):
+        return x @ w.t()
+
+
+class WeightGrad(torch.nn.Module):
+    """A linear layer's weight gradient, g^T @ x: its first operand's rows run along the output width."""
+    def forward(self, g, x):
+        return g.t() @ x
+
+
+def _matmul_node(module, *shapes, dtype=torch.bfloat16):
+    g = graph_of(module, *shapes, dtype=dtype)
+    return next(d for _, d in g.nodes(data=True) if d["op"] == "aten.mm.default")
+
+
+@pytest.mark.parametrize("width, dtype, row_bytes", [(50257, torch.bfloat16, 2), (30522, torch.bfloat16, 4),
+                                                     (50260, torch.bfloat16, 8), (50304, torch.bfloat16, 16),
+                                                     (50257, torch.float32, 4), (50260, torch.float32, 16)])
+def test_a_matmul_records_the_byte_alignment_of_its_rows(width, dtype, row_bytes):
+    """The forward's output rows, and the weight gradient's transposed operand, run along the width."""
+    assert _matmul_node(Linear(), (4096, 768), (width, 768), dtype=dtype)["gemm_row_bytes"] == row_bytes
+    assert _matmul_node(WeightGrad(), (4096, width), (4096, 768), dtype=dtype)["gemm_row_bytes"] == row_bytes
+
+
+def test_an_odd_token_count_leaves_every_row_aligned():
+    """No stored matrix's rows run along the tokens (the probe: odd token counts cost nothing)."""
+    assert _matmul_node(Linear(), (4095, 768), (3072, 768))["gemm_row_bytes"] == 16
+    assert _matmul_node(WeightGrad(), (4095, 3072), (4095, 768))["gemm_row_bytes"] == 16
+
+
+class BiasedLinear(torch.nn.Module):
+    """nn.Linear with a bias: addmm adding the bias vector in its epilogue."""
+    def forward(self, x, w, b):
+        return torch.nn.functional.linear(x, w, b)
+
+
+def test_a_tensor_core_matmul_with_misaligned_rows_is_held_to_its_share_of_the_peak():
+    """The analytic roofline itself carries the slowdown: 2-byte-aligned 16-bit rows reach
+    MISALIGNED_GEMM_PEAK_SHARE of the peak, less with a bias epilogue, and lose the SMs a partial last wave
+    of tiles leaves idle; fp32 (SIMT) GEMMs lose nothing."""
+    from gpuest.price.features import MISALIGNED_GEMM_PEAK_SHARE, gemm_tiles
+    sms = get_gpu("H100").sm_count
+    for dtype, mode in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
+        for module, kind, op in ((Linear(), "plain", "aten.mm.default"), (BiasedLinear(), "bias", "aten.addmm.default")):
+            def node(width):
+                shapes = [(4096, 768), (width, 768)] + ([(width,)] if kind == "bias" else [])
+                g = graph_of(module, *shapes, dtype=dtype)
+                return next(d for _, d in g.nodes(data=True) if d["op"] == op)
+            odd, even = node(50257), node(50264)
+            assert odd["gemm_bias"] == even["gemm_bias"] == (kind == "bias")
+            (table, t_odd), (_, t_even) = _times_of([odd]), _times_of([even])
+            per_flop = (t_odd.compute_s[0] / odd["flops"]) / (t_even.compute_s[0] / even["flops"])
+            share = MISALIGNED_GEMM_PEAK_SHARE[kind].get(mode, {}).get(odd["gemm_row_bytes"], 1.0)
+            tiles = gemm_tiles(table, get_gpu("H100"))[0]
+            busy = tiles / (math.ceil(tiles / sms) * sms) if share < 1 else 1.0
+            assert per_flop == pytest.approx(1 / (share * busy))
+    assert MISALIGNED_GEMM_PEAK_SHARE["bias"]["bf16"][2] < MISALIGNED_GEMM_PEAK_SHARE["plain"]["bf16"][2] < 0.5
+    # 64 tiles keep 64 of the H100's 132 SMs busy, 264 tiles two full waves: 2.06x the time per FLOP.
+    small, full = (_matmul_node(Linear(), (1024, 1024), (w, 1024)) for w in (1023, 4223))
+    (_, t_small), (_, t_full) = _times_of([small]), _times_of([full])
+    assert (t_small.compute_s[0] / small["flops"]) / (t_full.compute_s[0] / full["flops"]) == pytest.approx(
+        sms / 64, rel=0.05)
+
+
 def test_host_synchronisation_stops_the_host_running_ahead():
     # Node 0: 1 ms of device work queued in 10 us; node 1 reads a GPU value on the host (.item());
     # node 2: 10 us of host, 1 us of device.

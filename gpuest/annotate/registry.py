@@ -50,6 +50,12 @@ class Cost:
     bytes_read / bytes_written: DRAM traffic assuming each tensor is touched once.
     gemm_mnk: the implicit GEMM (M, N, K) for matmul-like ops, (0, 0, 0) otherwise.
     gemm_batch: independent GEMMs of that shape (batch / groups).
+    gemm_row_bytes: for a matmul, the largest power of two up to 16 dividing the row stride, in bytes, of every
+        matrix its kernel reads or writes (each operand's leading dimension and batch stride, the output's):
+        below 16 no tensor-core kernel can load its rows in 16-byte vectors (formulas.gemm.row_alignment_bytes).
+        16 for any other op.
+    gemm_bias: the GEMM adds a bias vector in its epilogue (addmm with a 1-D bias: cublasLt's bias-epilogue
+        kernels, slower than plain ones on rows of 2 bytes' alignment).
     gemm_m_max: for a grouped GEMM (mixture-of-experts experts), the rows of its largest group (the
         hottest expert's tokens), where gemm_mnk holds the mean group; 0 for any other op.
     row_count / row_len: for row-wise ops (norms, softmax, reductions) the independent rows a kernel reduces
@@ -143,6 +149,8 @@ class Cost:
     category: str
     gemm_mnk: tuple[int, int, int] = (0, 0, 0)
     gemm_batch: int = 1
+    gemm_row_bytes: int = 16
+    gemm_bias: bool = False
     gemm_m_max: int = 0
     row_count: int = 0
     row_len: int = 0

@@ -21,7 +21,7 @@ from ..catalog import GPUSpec, get_gpu
 from ..errors import UnknownGPUError
 from ..profile import Profile, ResidualFit, mode_key, op_keys, seconds_or_prior
 from .features import (ALIGN_ELEMENTS, GEMM_TILE, RESIDUAL_FEATURES, FeatureInputs,  # noqa: F401 (re-exported)
-                       channel_wave_factor,
+                       channel_wave_factor, misaligned_peak_share,
                        residual_features)
 from .local_correction import local_corrections
 from ..annotate.formulas.pool import INTERPOLATE_BLOCK_THREADS
@@ -353,7 +353,7 @@ def roofline_on(table: NodeTable, gpu: GPUSpec) -> tuple[Roofline, list[str]]:
     the roofline at the catalogue's reference clock, so compute-bound ops scale exactly 1/f)."""
     mode, notes = effective_math_modes(table, gpu)
     peaks = {m: gpu.peak_flops_per_s(m) for m in set(mode.tolist())}
-    peak_ref = map_values(mode, peaks, 0.0)
+    peak_ref = map_values(mode, peaks, 0.0) * misaligned_peak_share(table, gpu, mode)
     work = executed_flops(table, gpu, mode)
     memory = table.bytes / gpu.memory_bandwidth_bytes_per_s * channel_wave_factor(table, gpu)
     roof_ref = np.maximum(work / np.where(peak_ref > 0, peak_ref, np.inf), memory)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from ..annotate.formulas.conv import CUDNN_DEPTHWISE_VARIANT
+from ..annotate.formulas.gemm import ROW_VECTOR_BYTES
 from ..annotate.registry import LAYOUT_SENSITIVE_CATEGORIES
 from ..catalog import GPUSpec
 from .arrays import map_values
@@ -52,6 +53,18 @@ STREAM_STEADY_S = 3e-5
 SPLIT_K_DEPTH = 1024
 HEAD_DIM_REF = 128                    # log_head_dim = log2(attention head dim / this)
 ALIGN_ELEMENTS = {"fp32": 4, "tf32": 4, "bf16": 8, "fp16": 8, "fp8": 16, "int8": 16}
+# A tensor-core matmul whose rows are not whole 16-byte vectors (Cost.gemm_row_bytes below 16) runs kernels
+# that load them in smaller pieces, and at large sizes reaches this share of its math mode's dense peak, by
+# the rows' alignment in bytes ("plain": mm, bmm; "bias": addmm adding a bias vector in cublasLt's
+# epilogue, whose 2-byte kernels are slower still): 16-bit rows aligned to 2 bytes (an odd vocabulary) about
+# 0.14 (0.09 with a bias), to 4 or 8 bytes about 0.25; TF32's to 4 or 8 bytes about 0.25. fp32 (SIMT) loses
+# nothing. Medians over H100 and H200 GEMMs of 4096-16384 tokens, as printed by python3
+# benchmarks/kernel_facts.py ("misaligned GEMMs' share of the dense peak"); measured on Hopper only.
+MISALIGNED_GEMM_PEAK_SHARE = {
+    "plain": {"bf16": {2: 0.143, 4: 0.251, 8: 0.250}, "fp16": {2: 0.143, 4: 0.245, 8: 0.246},
+              "tf32": {4: 0.251, 8: 0.253}},
+    "bias": {"bf16": {2: 0.088, 4: 0.240, 8: 0.238}, "fp16": {2: 0.086, 4: 0.242, 8: 0.238},
+             "tf32": {4: 0.250, 8: 0.258}}}
 # Scale of the fixed cost every kernel pays beyond latency (prologue, tail, partial last wave): the
 # log_overhead feature is log(1 + OVERHEAD_SCALE_S / roofline), ~0 for long kernels.
 OVERHEAD_SCALE_S = 1e-6
@@ -137,11 +150,7 @@ class FeatureInputs:
     @cached_property
     def tiles(self) -> np.ndarray:
         """Output tiles of a GEMM-shaped node, times the K-splits cuBLAS adds to fill the SMs (matmul)."""
-        m, nn, k, batch = self.gemm
-        sms = self.gpu.sm_count
-        tiles = np.ceil(np.maximum(m, 1) / GEMM_TILE) * np.ceil(np.maximum(nn, 1) / GEMM_TILE) * np.maximum(batch, 1)
-        split = np.clip(np.floor(sms / tiles), 1.0, np.maximum(np.floor(np.maximum(k, 1) / SPLIT_K_DEPTH), 1.0))
-        return np.where(self.table.category == "matmul", tiles * split, tiles)
+        return gemm_tiles(self.table, self.gpu)
 
     @cached_property
     def align(self) -> np.ndarray:
@@ -244,12 +253,40 @@ def _log_wave_eff(x: FeatureInputs) -> np.ndarray:
     return np.log(np.clip(wave_eff, 1e-3, 1.0))
 
 
+def gemm_tiles(table: "NodeTable", gpu: GPUSpec) -> np.ndarray:
+    """Output tiles of each GEMM-shaped node, times the K-splits cuBLAS adds to fill the SMs (matmul)."""
+    m, nn, k, batch = table.gemm.T
+    tiles = np.ceil(np.maximum(m, 1) / GEMM_TILE) * np.ceil(np.maximum(nn, 1) / GEMM_TILE) * np.maximum(batch, 1)
+    split = np.clip(np.floor(gpu.sm_count / tiles), 1.0, np.maximum(np.floor(np.maximum(k, 1) / SPLIT_K_DEPTH), 1.0))
+    return np.where(table.category == "matmul", tiles * split, tiles)
+
+
+def misaligned_peak_share(table: "NodeTable", gpu: GPUSpec, mode: np.ndarray) -> np.ndarray:
+    """The share of its math mode's peak (`mode`, effective_math_modes) each node can reach on `gpu`: below 1
+    for a tensor-core matmul whose rows are not 16-byte aligned (MISALIGNED_GEMM_PEAK_SHARE), times the share
+    of SMs its waves of tiles keep busy (those kernels are bound by each SM's loads, so an idle SM's share
+    is lost), 1 elsewhere."""
+    share = np.ones(len(table.op))
+    misaligned = (table.category == "matmul") & table.tensor_core & (table.gemm_row_bytes < ROW_VECTOR_BYTES)
+    for kind, by_mode in MISALIGNED_GEMM_PEAK_SHARE.items():
+        of_kind = misaligned & (table.gemm_bias == (kind == "bias"))
+        for m, by_bytes in by_mode.items():
+            for row_bytes, s in by_bytes.items():
+                share[of_kind & (mode == m) & (table.gemm_row_bytes == row_bytes)] = s
+    tiles = gemm_tiles(table, gpu)
+    busy = tiles / (np.ceil(tiles / gpu.sm_count) * gpu.sm_count)
+    return np.where(share < 1.0, share * busy, share)
+
+
 @feature("misaligned")
 def _misaligned(x: FeatureInputs) -> np.ndarray:
-    """A GEMM dimension that is not a whole number of vector loads (ALIGN_ELEMENTS) takes slower kernels."""
+    """A GEMM that cannot load its rows in 16-byte vectors takes slower kernels: a matmul whose row strides
+    are not 16-byte aligned (Cost.gemm_row_bytes), an implicit GEMM (convolution, attention) with a dimension
+    that is not a whole number of vector loads (ALIGN_ELEMENTS)."""
     m, nn, k, _ = x.gemm
-    return (x.is_gemm & ((np.mod(m, x.align) != 0) | (np.mod(nn, x.align) != 0) | (np.mod(k, x.align) != 0))
-            ).astype(float)
+    odd_dim = (np.mod(m, x.align) != 0) | (np.mod(nn, x.align) != 0) | (np.mod(k, x.align) != 0)
+    matmul = x.table.category == "matmul"
+    return (x.is_gemm & np.where(matmul, x.table.gemm_row_bytes < ROW_VECTOR_BYTES, odd_dim)).astype(float)
 
 
 @feature("lowp")

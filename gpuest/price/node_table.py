@@ -36,6 +36,8 @@ class NodeTable:
     bytes_written: np.ndarray
     kernels: np.ndarray       # CUDA kernels launched
     gemm: np.ndarray          # (n, 4): M, N, K, batch
+    gemm_row_bytes: np.ndarray  # a matmul's row alignment in bytes, up to 16 (Cost.gemm_row_bytes); 16 otherwise
+    gemm_bias: np.ndarray     # bool: the GEMM adds a bias vector in its epilogue (Cost.gemm_bias)
     rowwise: np.ndarray       # (n, 2): independent rows, elements per row (row-wise ops; else 0)
     row_segment: np.ndarray   # elements per contiguous run of a row made of strided runs; 0 if contiguous
     kept_run: np.ndarray      # kept elements between two reduced ones of a column-style reduction; 0 otherwise

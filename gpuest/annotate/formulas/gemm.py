@@ -2,9 +2,11 @@
 count, so totals agree with `FlopCounterMode`, and a Cost carrying the implicit GEMM shape."""
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
+import torch
 from torch.utils.flop_counter import flop_registry
 
 from ..registry import Cost, OpCall, generic_cost
@@ -21,3 +23,33 @@ def with_gemm(call: OpCall, category: str, flops: float, mnk: tuple[int, int, in
     """The generic traffic of `call` with `flops` and `batch` GEMMs of shape `mnk` (Cost.gemm_mnk)."""
     return replace(generic_cost(call, category=category, flops=flops, kernels=kernels),
                    gemm_mnk=tuple(int(v) for v in mnk), gemm_batch=int(batch))
+
+
+# The bytes of the widest vector load a GEMM kernel makes along a row (Hopper's TMA, Ampere's cp.async).
+ROW_VECTOR_BYTES = 16
+
+
+def _row_strides(t: torch.Tensor) -> list[int]:
+    """The strides, in elements, along which `t`'s rows and matrices lie as cuBLAS is handed them: the leading
+    dimension (whichever of the last two strides is not 1; ATen first copies a matrix that has neither
+    contiguous) and, batched, the batch stride. A dimension of one element has no stride that matters."""
+    *batch, rows, cols = t.shape
+    *batch_stride, s_row, s_col = t.stride()
+    if s_col == 1 or cols == 1:
+        lead = [s_row] if rows > 1 else []
+    elif s_row == 1 or rows == 1:
+        lead = [s_col] if cols > 1 else []
+    else:
+        lead = [cols]
+    return lead + [s for n, s in zip(batch, batch_stride) if n > 1 and s != 0]
+
+
+def row_alignment_bytes(*matrices: Any) -> int:
+    """The largest power of two up to ROW_VECTOR_BYTES dividing every row and batch stride, in bytes, of the
+    tensors among `matrices` (a GEMM's operands and output; Cost.gemm_row_bytes)."""
+    align = ROW_VECTOR_BYTES
+    for t in matrices:
+        if isinstance(t, torch.Tensor) and t.dim() >= 2:
+            for stride in _row_strides(t):
+                align = math.gcd(align, stride * t.element_size())
+    return align

@@ -8,7 +8,7 @@ import torch
 
 from ..registry import (REGISTRY, TINY_INNER_VARIANT, Cost, OpCall, iter_ops, register_cost, shape_of, tensor_bytes,
                         tensors)
-from .gemm import torch_flops, with_gemm
+from .gemm import row_alignment_bytes, torch_flops, with_gemm
 
 aten = torch.ops.aten
 
@@ -21,34 +21,37 @@ aten = torch.ops.aten
 TINY_INNER = 32
 
 
-def _matmul(call: OpCall, mnk: tuple[int, int, int], batch: int = 1) -> Cost:
-    """A matmul-category Cost of `batch` GEMMs of shape `mnk`, with its kernel variant."""
-    cost = with_gemm(call, "matmul", torch_flops(call), mnk, batch)
+def _matmul(call: OpCall, a: str, b: str, mnk: tuple[int, int, int], batch: int = 1) -> Cost:
+    """A matmul-category Cost of `batch` GEMMs of shape `mnk` multiplying arguments `a` and `b`, with its
+    kernel variant and the row alignment of its operands and output."""
+    cost = replace(with_gemm(call, "matmul", torch_flops(call), mnk, batch),
+                   gemm_row_bytes=row_alignment_bytes(call.arg(a), call.arg(b), *tensors(call.out)))
     return replace(cost, variant=TINY_INNER_VARIANT) if min(mnk[1], mnk[2]) < TINY_INNER else cost
 
 
 @register_cost(aten.mm)
 def _mm(call: OpCall) -> Cost:
     (m, k), (_, n) = shape_of(call.arg("self")), shape_of(call.arg("mat2"))
-    return _matmul(call, (m, n, k))
+    return _matmul(call, "self", "mat2", (m, n, k))
 
 
 @register_cost(aten.addmm)
 def _addmm(call: OpCall) -> Cost:
     (m, k), (_, n) = shape_of(call.arg("mat1")), shape_of(call.arg("mat2"))
-    return _matmul(call, (m, n, k))
+    bias = len(shape_of(call.arg("self"))) == 1 and call.arg("beta") != 0
+    return replace(_matmul(call, "mat1", "mat2", (m, n, k)), gemm_bias=bias)
 
 
 @register_cost(aten.bmm)
 def _bmm(call: OpCall) -> Cost:
     (b, m, k), (_, _, n) = shape_of(call.arg("self")), shape_of(call.arg("mat2"))
-    return _matmul(call, (m, n, k), b)
+    return _matmul(call, "self", "mat2", (m, n, k), b)
 
 
 @register_cost(aten.baddbmm)
 def _baddbmm(call: OpCall) -> Cost:
     (b, m, k), (_, _, n) = shape_of(call.arg("batch1")), shape_of(call.arg("batch2"))
-    cost = _matmul(call, (m, n, k), b)
+    cost = _matmul(call, "batch1", "batch2", (m, n, k), b)
     if call.arg("beta") == 0:
         return cost
     # The GEMM reads back the output its staged copy filled (beta != 0) before it overwrites it.
@@ -64,4 +67,5 @@ REGISTRY.stage_into_output(aten.baddbmm, arg="self", unless_zero="beta")
 @register_cost(*iter_ops(["_scaled_mm"]))
 def _scaled_mm(call: OpCall) -> Cost:
     (m, k), (_, n) = shape_of(call.arg("self")), shape_of(call.arg("mat2"))
-    return with_gemm(call, "matmul", torch_flops(call), (m, n, k))
+    return replace(with_gemm(call, "matmul", torch_flops(call), (m, n, k)),
+                   gemm_row_bytes=row_alignment_bytes(call.arg("self"), call.arg("mat2"), *tensors(call.out)))
