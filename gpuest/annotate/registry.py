@@ -42,6 +42,10 @@ GROUPED_POINTWISE_VARIANT = "grouped_pointwise"
 ISOLATED_VARIANTS = frozenset({TINY_INNER_VARIANT, NHWC_VARIANT, DILATED_VARIANT, GROUPED_POINTWISE_VARIANT})
 
 
+# The bytes of the widest vector load a GEMM kernel makes along a row (Hopper's TMA, Ampere's cp.async).
+ROW_VECTOR_BYTES = 16
+
+
 @dataclass(frozen=True)
 class Cost:
     """What one ATen op costs on the device.
@@ -149,7 +153,7 @@ class Cost:
     category: str
     gemm_mnk: tuple[int, int, int] = (0, 0, 0)
     gemm_batch: int = 1
-    gemm_row_bytes: int = 16
+    gemm_row_bytes: int = ROW_VECTOR_BYTES
     gemm_bias: bool = False
     gemm_m_max: int = 0
     row_count: int = 0

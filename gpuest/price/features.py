@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from ..annotate.formulas.conv import CUDNN_DEPTHWISE_VARIANT
-from ..annotate.formulas.gemm import ROW_VECTOR_BYTES
-from ..annotate.registry import LAYOUT_SENSITIVE_CATEGORIES
+from ..annotate.registry import LAYOUT_SENSITIVE_CATEGORIES, ROW_VECTOR_BYTES
 from ..catalog import GPUSpec
 from .arrays import map_values
 

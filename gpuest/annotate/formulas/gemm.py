@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import flop_registry
 
-from ..registry import Cost, OpCall, generic_cost
+from ..registry import ROW_VECTOR_BYTES, Cost, OpCall, generic_cost
 
 
 def torch_flops(call: OpCall, packet: Any = None) -> float:
@@ -23,10 +23,6 @@ def with_gemm(call: OpCall, category: str, flops: float, mnk: tuple[int, int, in
     """The generic traffic of `call` with `flops` and `batch` GEMMs of shape `mnk` (Cost.gemm_mnk)."""
     return replace(generic_cost(call, category=category, flops=flops, kernels=kernels),
                    gemm_mnk=tuple(int(v) for v in mnk), gemm_batch=int(batch))
-
-
-# The bytes of the widest vector load a GEMM kernel makes along a row (Hopper's TMA, Ampere's cp.async).
-ROW_VECTOR_BYTES = 16
 
 
 def _row_strides(t: torch.Tensor) -> list[int]:

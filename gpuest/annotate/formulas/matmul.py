@@ -21,11 +21,16 @@ aten = torch.ops.aten
 TINY_INNER = 32
 
 
-def _matmul(call: OpCall, a: str, b: str, mnk: tuple[int, int, int], batch: int = 1) -> Cost:
-    """A matmul-category Cost of `batch` GEMMs of shape `mnk` multiplying arguments `a` and `b`, with its
-    kernel variant and the row alignment of its operands and output."""
-    cost = replace(with_gemm(call, "matmul", torch_flops(call), mnk, batch),
+def _gemm(call: OpCall, a: str, b: str, mnk: tuple[int, int, int], batch: int = 1) -> Cost:
+    """A matmul-category Cost of `batch` GEMMs of shape `mnk` multiplying arguments `a` and `b`, with the row
+    alignment of its operands and output."""
+    return replace(with_gemm(call, "matmul", torch_flops(call), mnk, batch),
                    gemm_row_bytes=row_alignment_bytes(call.arg(a), call.arg(b), *tensors(call.out)))
+
+
+def _matmul(call: OpCall, a: str, b: str, mnk: tuple[int, int, int], batch: int = 1) -> Cost:
+    """_gemm with its kernel variant."""
+    cost = _gemm(call, a, b, mnk, batch)
     return replace(cost, variant=TINY_INNER_VARIANT) if min(mnk[1], mnk[2]) < TINY_INNER else cost
 
 
@@ -67,5 +72,4 @@ REGISTRY.stage_into_output(aten.baddbmm, arg="self", unless_zero="beta")
 @register_cost(*iter_ops(["_scaled_mm"]))
 def _scaled_mm(call: OpCall) -> Cost:
     (m, k), (_, n) = shape_of(call.arg("self")), shape_of(call.arg("mat2"))
-    return replace(with_gemm(call, "matmul", torch_flops(call), (m, n, k)),
-                   gemm_row_bytes=row_alignment_bytes(call.arg("self"), call.arg("mat2"), *tensors(call.out)))
+    return _gemm(call, "self", "mat2", (m, n, k))
