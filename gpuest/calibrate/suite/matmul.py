@@ -44,7 +44,7 @@ def _matmul(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"linear_{mode}_t{tokens}_in{fin}_out{fout}", "matmul",
                                  {"op": "linear", "dtype": mode, "tokens": tokens, "in": fin, "out": fout}, build,
                                  est_ms=_est(fl, nb, mode), matmul_tf32=mode == "tf32"))
-        for b, m, n, k in shape_table("matmul", "batched", "batched_linear", "tiny_batched"):
+        for b, m, n, k in shape_table("matmul", "batched", "batched_linear", "tiny_batched", "explicit_attention"):
             fl = 2.0 * b * m * n * k
             nb = b * (m * k + k * n + m * n) * dt.itemsize
 
