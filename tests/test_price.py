@@ -994,6 +994,21 @@ def test_a_tensor_core_matmul_with_misaligned_rows_is_held_to_its_share_of_the_p
         sms / 64, rel=0.05)
 
 
+def test_only_a_tensor_core_matmul_is_flagged_misaligned_by_its_rows():
+    """The misaligned feature follows the probe: 4-byte fp32 rows (SIMT kernels) lose nothing, so an fp32
+    matmul of 17-wide rows keeps the aligned fit (EfficientViT's fp32 linear attention was priced 4x over
+    when the 16-bit slowdown carried over to it)."""
+    from gpuest.price.device_time import roofline_on
+    from gpuest.price.features import RESIDUAL_FEATURES
+    col = RESIDUAL_FEATURES.index("misaligned")
+    flags = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        node = _matmul_node(Linear(), (4096, 768), (50257, 768), dtype=dtype)
+        here, _ = roofline_on(NodeTable.from_records([node]), get_gpu("H100"))
+        flags[dtype] = here.x[0, col]
+    assert flags == {torch.bfloat16: 1.0, torch.float32: 0.0}
+
+
 def test_host_synchronisation_stops_the_host_running_ahead():
     # Node 0: 1 ms of device work queued in 10 us; node 1 reads a GPU value on the host (.item());
     # node 2: 10 us of host, 1 us of device.

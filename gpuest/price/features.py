@@ -64,6 +64,7 @@ MISALIGNED_GEMM_PEAK_SHARE = {
               "tf32": {4: 0.251, 8: 0.253}},
     "bias": {"bf16": {2: 0.088, 4: 0.240, 8: 0.238}, "fp16": {2: 0.086, 4: 0.242, 8: 0.238},
              "tf32": {4: 0.250, 8: 0.258}}}
+MISALIGNED_GEMM_MODES = sorted({mode for by_mode in MISALIGNED_GEMM_PEAK_SHARE.values() for mode in by_mode})
 # Scale of the fixed cost every kernel pays beyond latency (prologue, tail, partial last wave): the
 # log_overhead feature is log(1 + OVERHEAD_SCALE_S / roofline), ~0 for long kernels.
 OVERHEAD_SCALE_S = 1e-6
@@ -279,13 +280,15 @@ def misaligned_peak_share(table: "NodeTable", gpu: GPUSpec, mode: np.ndarray) ->
 
 @feature("misaligned")
 def _misaligned(x: FeatureInputs) -> np.ndarray:
-    """A GEMM that cannot load its rows in 16-byte vectors takes slower kernels: a matmul whose row strides
-    are not 16-byte aligned (Cost.gemm_row_bytes), an implicit GEMM (convolution, attention) with a dimension
-    that is not a whole number of vector loads (ALIGN_ELEMENTS)."""
+    """A GEMM that cannot load its rows in 16-byte vectors takes slower kernels: a tensor-core matmul whose
+    row strides are not 16-byte aligned (Cost.gemm_row_bytes; an fp32 matmul's SIMT kernels lose nothing,
+    MISALIGNED_GEMM_PEAK_SHARE), an implicit GEMM (convolution, attention) with a dimension that is not a
+    whole number of vector loads (ALIGN_ELEMENTS)."""
     m, nn, k, _ = x.gemm
     odd_dim = (np.mod(m, x.align) != 0) | (np.mod(nn, x.align) != 0) | (np.mod(k, x.align) != 0)
     matmul = x.table.category == "matmul"
-    return (x.is_gemm & np.where(matmul, x.table.gemm_row_bytes < ROW_VECTOR_BYTES, odd_dim)).astype(float)
+    misaligned_rows = (x.table.gemm_row_bytes < ROW_VECTOR_BYTES) & np.isin(x.mode, MISALIGNED_GEMM_MODES)
+    return (x.is_gemm & np.where(matmul, misaligned_rows, odd_dim)).astype(float)
 
 
 @feature("lowp")

@@ -126,8 +126,8 @@ def _conv_padded_tables(out: list[Benchmark]) -> None:
             fwd = layer.pad != layer.kernel // 2
             for batch in (32, 128):
                 _conv_benchmarks(out, mode, layer, batch, False, fwd=fwd, bwd=True, weight_only=weight_only)
-            # Batch-1 inference: a stem's handful of output tiles each walk its whole window (a ViT-B/32
-            # patch embedding takes 0.35 ms in bf16 on the H100, 227x its roofline), outside the batches above.
+            # Batch 1 (inference, train-b1): a stem's handful of output tiles each walk its whole window, far
+            # from its roofline and outside the batches above (conv2d_fwd_bf16_c3_768_hw224_k32_s32_g1_p0_n1).
             if weight_only:
                 _conv_benchmarks(out, mode, layer, 1, False, fwd=fwd, bwd=True, weight_only=True)
             if mode == "bf16":
