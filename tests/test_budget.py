@@ -52,7 +52,7 @@ def test_strata_with_a_wider_residual_spread_get_more_shapes(grid):
 
 
 def test_wall_time_constants_are_what_the_committed_rows_give():
-    fitted = fit_wall_model([ROOT / "data/calibration/fresh/H100-SXM-budget420.jsonl"])
+    fitted = fit_wall_model([ROOT / "data/calibration/fresh/H100-SXM-budget420.jsonl.gz"])
     for cat, seconds in budget.CATEGORY_OVERHEAD_S.items():
         assert seconds == pytest.approx(fitted[f"overhead_s[{cat}]"], abs=5e-4), cat
     assert budget.TRACE_SCALE == pytest.approx(fitted["trace_scale"], abs=5e-4)

@@ -9,7 +9,7 @@ of the order therefore covers every stratum, and a longer budget only adds shape
 The wall time a benchmark costs (build, trace, warm-up, timing, an optional NVML power window) is a
 model fitted by non-negative least squares on the elapsed time of every committed calibration row:
 
-    python3 -m gpuest.calibrate.budget data/calibration/fresh/H100-SXM-budget420.jsonl
+    python3 -m gpuest.calibrate.budget data/calibration/fresh/H100-SXM-budget420.jsonl.gz
 
 prints the constants below: the rows of a run that timed each op until its median was known
 (timing.MEDIAN_REL_PRECISION), about half the timing cost per benchmark of the rows before it.
@@ -26,6 +26,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..jsonl import read_jsonl
 from .suite import BUSY_CALLS, Benchmark, all_benchmarks
 
 # Seconds one time-only benchmark of a category costs beyond its trace (fit over the 1156 rows of the file
@@ -172,8 +173,7 @@ def fit_wall_model(paths: Sequence[str | Path]) -> dict[str, float]:
     cats = sorted({b.category for b in by_name.values()})
     xs, ys = [], []
     for path in paths:
-        for line in Path(path).read_text().splitlines():
-            r = json.loads(line)
+        for r in read_jsonl(path):
             b = by_name.get(r.get("name"))
             if b is None or r.get("elapsed_s") is None or r.get("error"):
                 continue
