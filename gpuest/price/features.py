@@ -261,13 +261,20 @@ def gemm_tiles(table: "NodeTable", gpu: GPUSpec) -> np.ndarray:
     return np.where(table.category == "matmul", tiles * split, tiles)
 
 
+def misaligned_matmuls(table: "NodeTable", mode: np.ndarray) -> np.ndarray:
+    """bool per node: a tensor-core matmul whose row strides are not 16-byte aligned (Cost.gemm_row_bytes), in a
+    math mode (`mode`, effective_math_modes) whose kernels lose by it (MISALIGNED_GEMM_MODES; fp32's do not)."""
+    return ((table.category == "matmul") & table.tensor_core & (table.gemm_row_bytes < ROW_VECTOR_BYTES)
+            & np.isin(mode, MISALIGNED_GEMM_MODES))
+
+
 def misaligned_peak_share(table: "NodeTable", gpu: GPUSpec, mode: np.ndarray) -> np.ndarray:
     """The share of its math mode's peak (`mode`, effective_math_modes) each node can reach on `gpu`: below 1
     for a tensor-core matmul whose rows are not 16-byte aligned (MISALIGNED_GEMM_PEAK_SHARE), times the share
     of SMs its waves of tiles keep busy (those kernels are bound by each SM's loads, so an idle SM's share
     is lost), 1 elsewhere."""
     share = np.ones(len(table.op))
-    misaligned = (table.category == "matmul") & table.tensor_core & (table.gemm_row_bytes < ROW_VECTOR_BYTES)
+    misaligned = misaligned_matmuls(table, mode)
     for kind, by_mode in MISALIGNED_GEMM_PEAK_SHARE.items():
         of_kind = misaligned & (table.gemm_bias == (kind == "bias"))
         for m, by_bytes in by_mode.items():
@@ -280,15 +287,13 @@ def misaligned_peak_share(table: "NodeTable", gpu: GPUSpec, mode: np.ndarray) ->
 
 @feature("misaligned")
 def _misaligned(x: FeatureInputs) -> np.ndarray:
-    """A GEMM that cannot load its rows in 16-byte vectors takes slower kernels: a tensor-core matmul whose
-    row strides are not 16-byte aligned (Cost.gemm_row_bytes; an fp32 matmul's SIMT kernels lose nothing,
-    MISALIGNED_GEMM_PEAK_SHARE), an implicit GEMM (convolution, attention) with a dimension that is not a
-    whole number of vector loads (ALIGN_ELEMENTS)."""
+    """A GEMM that cannot load its rows in 16-byte vectors takes slower kernels: a misaligned tensor-core
+    matmul (misaligned_matmuls; an fp32 matmul's SIMT kernels lose nothing), an implicit GEMM (convolution,
+    attention) with a dimension that is not a whole number of vector loads (ALIGN_ELEMENTS)."""
     m, nn, k, _ = x.gemm
     odd_dim = (np.mod(m, x.align) != 0) | (np.mod(nn, x.align) != 0) | (np.mod(k, x.align) != 0)
     matmul = x.table.category == "matmul"
-    misaligned_rows = (x.table.gemm_row_bytes < ROW_VECTOR_BYTES) & np.isin(x.mode, MISALIGNED_GEMM_MODES)
-    return (x.is_gemm & np.where(matmul, misaligned_rows, odd_dim)).astype(float)
+    return (x.is_gemm & np.where(matmul, misaligned_matmuls(x.table, x.mode), odd_dim)).astype(float)
 
 
 @feature("lowp")
