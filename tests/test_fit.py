@@ -175,6 +175,24 @@ def test_pooled_fit_corrects_level_and_inherits_slopes():
     assert child.x_lo[j] == pytest.approx(-2) and child.x_hi[j] == pytest.approx(4)
 
 
+def test_a_fixed_cost_slope_is_held_at_its_ceiling_and_the_rest_refitted():
+    """Data whose time grows as the roofline shrinks (a log_overhead slope of 1.7) would price a smaller op
+    slower than a larger one: the fit pins that slope at the feature's ceiling (1) and refits the others."""
+    from gpuest.calibrate.fit import fit_category
+    from gpuest.price.features import RESIDUAL_FEATURES, coefficient_ceilings
+    j, k = RESIDUAL_FEATURES.index("log_overhead"), RESIDUAL_FEATURES.index("log_size")
+    assert coefficient_ceilings()[j] == 1.0
+    overhead = np.repeat(np.linspace(0.0, 3.0, 10), 3)
+    size = np.tile([-1.0, 0.0, 1.0], 10)  # independent of overhead
+    fit = fit_category(_samples(0.2 + 1.7 * overhead + 0.3 * size, _features(log_overhead=overhead, log_size=size)))
+    assert fit.coef[j] == 1.0
+    assert fit.coef[k] == pytest.approx(0.3, abs=0.02)  # an independent slope is unharmed
+    child = fit_category(_samples(0.4 + 1.9 * overhead, _features(log_overhead=overhead, log_size=size)), fit)
+    assert child.coef[j] == 1.0
+    free = fit_category(_samples(0.2 + 0.6 * overhead, _features(log_overhead=overhead, log_size=size)))
+    assert free.coef[j] == pytest.approx(0.6, abs=0.01)  # below its ceiling a slope is fitted as is
+
+
 def test_features_only_a_sliver_of_the_samples_vary_are_not_fitted():
     """Two samples off by a hair in a feature would let the fit explain any residual with a huge slope."""
     from gpuest.calibrate.fit import fit_category

@@ -70,6 +70,14 @@ def test_every_shipped_fit_stores_its_bounds():
             assert fit.log_lo is not None and fit.log_lo <= fit.log_hi, key
 
 
+def test_no_shipped_fit_passes_a_feature_coefficient_ceiling():
+    from gpuest.price.features import coefficient_ceilings
+    for name, profile in shipped_profiles().items():
+        ceilings = coefficient_ceilings(tuple(profile.residual_features))
+        for key, fit in profile.residuals.items():
+            assert np.all(np.asarray(fit.coef) <= ceilings + 1e-12), (name, key)
+
+
 def test_a_node_outside_its_data_is_marked_counted_and_widened():
     est = gpuest.estimate(_graph("training", "bf16-mixed", True), gpu="H100")
     nodes = est.per_node[~est.per_node["free"]]

@@ -600,23 +600,35 @@ def test_a_dilated_channels_last_depthwise_layer_is_priced_as_the_h200_measured_
         return gpuest.estimate(gpuest.trace(conv, (x,), precision="bf16"), gpu="H200").device_time_s
     assert priced_s(channels_last=True) > 2.0 * priced_s(channels_last=False)
 
-def test_a_grouped_pointwise_weight_gradient_is_priced_near_what_the_h200_measured():
-    """The H200's suite measured the backward of EfficientViT's grouped 1x1 layer (384 channels in 24 groups,
-    14 px, batch 128, bf16 NCHW; shapes/conv.json grouped_pointwise) over 100x its roofline; its isolated
-    fit prices it within 1.5x of that measurement, where the dense fits had priced it at its roofline."""
+def test_grouped_pointwise_backwards_are_priced_near_what_the_h200_measured():
+    """The H200's suite measured the backward of grouped 1x1 layers (EfficientViT's and ShuffleNet-style;
+    shapes/conv.json grouped_pointwise) at tens to hundreds of times their roofline, and erratically, as cuDNN
+    picks its kernels per shape (384 channels in 24 groups at 14 px, bf16: 0.26 ms at batch 32, 1.14 ms at
+    batch 128; channels-last, 1.25 and 0.62 ms). Their isolated fit prices the bf16 rows within 2x at the
+    median (no smooth fit follows that scatter closer), where the dense fits had priced them at their roofline."""
     import json
-    rows = [json.loads(line) for line in (ROOT / "data" / "calibration" / "H200.jsonl").read_text().splitlines()]
-    measured_s, = [r["time_ms_median"] * 1e-3 for r in rows
-                   if r["name"] == "conv2d_bwd_bf16_c384_384_hw14_k1_s1_g24_n128"]
-    # after a dense layer, as in a network: the grouped layer's backward computes both gradients
-    model = torch.nn.Sequential(torch.nn.Conv2d(384, 384, 1, bias=False),
-                                torch.nn.Conv2d(384, 384, 1, groups=24, bias=False))
-    graph = gpuest.trace(model, (torch.empty(128, 384, 14, 14),), mode="training", precision="bf16")
-    est = gpuest.estimate(graph, gpu="H200")
-    backward = est.per_node[(est.per_node["op"] == "aten.convolution_backward.default")
-                            & (est.per_node["module"] == "1")]
-    assert backward["time_s"].sum() == pytest.approx(measured_s, rel=0.5)
-    assert backward["time_s"].sum() > 20 * backward["compute_s"].sum() + 20 * backward["memory_s"].sum()
+    import re
+    ratios, over_roofline = [], []
+    for line in (ROOT / "data" / "calibration" / "H200.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        shape = re.fullmatch(r"conv2d_bwd_bf16_c(\d+)_(\d+)_hw(\d+)_k1_s1_g(\d+)_n(\d+)(_nhwc)?", row.get("name", ""))
+        if not shape or not row.get("time_ms_median") or shape.group(4) == "1":
+            continue
+        cin, cout, hw, groups, batch = map(int, shape.groups()[:5])
+        # after a dense layer, as in a network: the grouped layer's backward computes both gradients
+        model = torch.nn.Sequential(torch.nn.Conv2d(cin, cin, 1, bias=False),
+                                    torch.nn.Conv2d(cin, cout, 1, groups=groups, bias=False))
+        x = torch.empty(batch, cin, hw, hw)
+        if shape.group(6):
+            model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+        est = gpuest.estimate(gpuest.trace(model, (x,), mode="training", precision="bf16"), gpu="H200")
+        backward = est.per_node[(est.per_node["op"] == "aten.convolution_backward.default")
+                                & (est.per_node["module"] == "1")]
+        over_roofline.append(backward["time_s"].sum() / (backward["compute_s"] + backward["memory_s"]).sum())
+        ratios.append(backward["time_s"].sum() / (row["time_ms_median"] * 1e-3))
+    assert len(ratios) >= 16
+    assert np.median(np.abs(np.log(ratios))) < np.log(2.0)
+    assert np.median(over_roofline) > 20
 
 
 def test_depthwise_convolution_runs_on_cuda_cores():

@@ -34,7 +34,7 @@ from gpuest.price.device_time import (RESIDUAL_CLIP, DeviceTimes, dependent_upda
 from gpuest.price.host_timeline import later_host_work
 from gpuest.price.node_table import NodeTable
 from gpuest.price.profile_choice import roofline_profile
-from gpuest.price.features import RESIDUAL_FEATURES
+from gpuest.price.features import RESIDUAL_FEATURES, coefficient_ceilings
 from gpuest.annotate.registry import CATEGORIES, ISOLATED_VARIANTS
 from gpuest.profile import (MODE_FIT_FAMILY, MODE_KEY_SEP, PREDICTS_ALL, PROFILE_SCHEMA, Profile, ResidualFit,
                             ResidualPoints, mode_key, op_variants, prior_profile, profile_from_json)
@@ -400,7 +400,9 @@ def fit_category(samples: list[RowFeatures], parent: ResidualFit | None = None,
     else:
         target = y
         kept = usable_features(x)
-    model = _robust_fit(target, x[:, kept])
+    model, kept, pinned = _fit_within_ceilings(target, x, coef, kept)
+    target = target - x[:, pinned] @ (CEILINGS[pinned] - coef[pinned])
+    coef[pinned] = CEILINGS[pinned]
     coef[kept] += model.params
     # The parent's coefficients are estimated from other rows too; treating the two estimates as
     # independent adds their covariances.
@@ -411,6 +413,27 @@ def fit_category(samples: list[RowFeatures], parent: ResidualFit | None = None,
     r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 and (parent or len(kept) > 1) else 0.0
     return ResidualFit(tuple(map(float, coef)), tuple(tuple(map(float, row)) for row in cov), sigma, r2, len(y),
                        x_lo=tuple(map(float, x_lo)), x_hi=tuple(map(float, x_hi)), log_lo=log_lo, log_hi=log_hi)
+
+
+# Each residual feature's largest coefficient (its registration's max_coef; inf where none), in column order.
+CEILINGS = coefficient_ceilings()
+
+
+def _fit_within_ceilings(target: np.ndarray, x: np.ndarray, base: np.ndarray,
+                         kept: list[int]) -> tuple[Any, list[int], list[int]]:
+    """A robust fit of `target` adding to coefficients `base` on features `kept`, none of whose sums may pass
+    its ceiling (features.coefficient_ceilings): a feature whose unconstrained coefficient passes it is
+    pinned there and the rest refitted, until none passes (the least-squares optimum under one bound lies
+    on it). Returns the fit, the features it left free, and those pinned."""
+    pinned = [j for j in range(len(base)) if base[j] > CEILINGS[j]]
+    kept = [j for j in kept if j not in pinned]
+    while True:
+        model = _robust_fit(target - x[:, pinned] @ (CEILINGS[pinned] - base[pinned]), x[:, kept])
+        over = [j for j, p in zip(kept, model.params) if base[j] + p > CEILINGS[j]]
+        if not over:
+            return model, kept, pinned
+        pinned = sorted(pinned + over)
+        kept = [j for j in kept if j not in over]
 
 
 def shape_prior_for(gpu: GPUSpec, suite_share: float) -> Profile | None:

@@ -185,10 +185,12 @@ Feature = Callable[[FeatureInputs], np.ndarray]
 
 @dataclass(frozen=True)
 class RegisteredFeature:
-    """A residual feature: its function, the range its values are clipped to, and why it exists."""
+    """A residual feature: its function, the range its values are clipped to, the largest coefficient a fit
+    may give it (None: unbounded), and why it exists."""
 
     fn: Feature
     clip: tuple[float, float] | None
+    max_coef: float | None = None
 
     @property
     def reason(self) -> str:
@@ -202,15 +204,16 @@ class RegisteredFeature:
 FEATURES: dict[str, RegisteredFeature] = {}
 
 
-def feature(name: str, clip: tuple[float, float] | None = None) -> Callable[[Feature], Feature]:
-    """Register `fn` as the residual feature `name` (clipped to `clip`). Names are unique and each
-    feature says why it exists: registration fails otherwise."""
+def feature(name: str, clip: tuple[float, float] | None = None,
+            max_coef: float | None = None) -> Callable[[Feature], Feature]:
+    """Register `fn` as the residual feature `name` (clipped to `clip`; a fit gives it a coefficient of at
+    most `max_coef`). Names are unique and each feature says why it exists: registration fails otherwise."""
     def register(fn: Feature) -> Feature:
         if name in FEATURES:
             raise ValueError(f"residual feature {name!r} is registered twice")
         if not (fn.__doc__ or "").strip():
             raise ValueError(f"residual feature {name!r} has no docstring giving its reason")
-        FEATURES[name] = RegisteredFeature(fn, clip)
+        FEATURES[name] = RegisteredFeature(fn, clip, max_coef)
         return fn
     return register
 
@@ -310,7 +313,9 @@ def _tf32(x: FeatureInputs) -> np.ndarray:
     return (x.mode == "tf32") & x.table.tensor_core
 
 
-@feature("log_overhead", clip=(0.0, 10.0))
+# A fixed cost adds at most its own time: past a slope of 1, roofline * (1 + c / roofline)^slope grows as
+# the roofline shrinks, and a fit of large kernels then prices a smaller one slower than a larger one.
+@feature("log_overhead", clip=(0.0, 10.0), max_coef=1.0)
 def _log_overhead(x: FeatureInputs) -> np.ndarray:
     """The fixed cost every kernel pays beyond latency (prologue, tail, partial last wave), against its
     roofline: ~0 for long kernels."""
@@ -560,6 +565,11 @@ def _atomic_lowp(x: FeatureInputs) -> np.ndarray:
 
 
 RESIDUAL_FEATURES = tuple(FEATURES)
+
+
+def coefficient_ceilings(names: tuple[str, ...] = RESIDUAL_FEATURES) -> np.ndarray:
+    """The largest coefficient a fit may give each of `names` (inf where the feature sets none)."""
+    return np.array([np.inf if FEATURES[n].max_coef is None else FEATURES[n].max_coef for n in names])
 
 
 def residual_features(inputs: FeatureInputs) -> np.ndarray:
