@@ -62,12 +62,10 @@ def _conv_grid() -> list[tuple[_ConvLayer, tuple[int, ...], bool, bool | str]]:
     # Depthwise layers in both memory formats: on NCHW data PyTorch runs its own depthwise kernels, on
     # channels-last data (ConvNeXt permutes its activations to NHWC) cuDNN's NHWC kernels, ~4x faster
     # in bf16 and a shape-dependent 0.3-3.4x in tf32 (benchmarks/kernel_facts.py).
-    # Both also at batch 1 (inference, train-b1): per-op rows of non-test batch-1 training steps showed
-    # RegNetY's grouped 3x3 layers at 2.6x their price, where the suite had them at 32 and 128 only.
-    grid += [(_ConvLayer(c, c, hw, k, stride, c), (1, 32, 128), True, last) for last in (False, True)
+    grid += [(_ConvLayer(c, c, hw, k, stride, c), (32, 128), True, last) for last in (False, True)
              for c, hw, k, stride in shape_table("conv", "depthwise")]
     grouped = shape_table("conv", "grouped")
-    grid += [(_ConvLayer(c, c, hw, 3, 1, 32), (1, 32, 128), True, False) for c, hw in grouped]
+    grid += [(_ConvLayer(c, c, hw, 3, 1, 32), (32, 128), True, False) for c, hw in grouped]
     grid += [(_ConvLayer(*spec), (32, 128), True, "weights") for spec in shape_table("conv", "channels_last_layers")]
     grid += [(_ConvLayer(c, c, hw, 3, 1, 32), (32, 128), True, "weights") for c, hw in grouped]
     grid += [(_ConvLayer(*spec), (32, 128), True, "weights") for spec in shape_table("conv", "channels_last_narrow")]

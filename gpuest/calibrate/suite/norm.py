@@ -58,7 +58,7 @@ def _norm(out: list[Benchmark]) -> None:
         dt = DTYPES[mode.removesuffix("mix")]
         pt = torch.float32 if mode.endswith("mix") else dt
         for n, c, hw in shape_table("norm", "batch_norm", "batch_norm_last_stages", "batch_norm_first_stages",
-                                   "batch_norm_wide_stages", "batch_norm_batch_one"):
+                                   "batch_norm_wide_stages"):
             numel = n * c * hw * hw
 
             def leaves(device: torch.device, seed: int, i: int, n=n, c=c, hw=hw, dt=dt, pt=pt) -> tuple:
