@@ -521,7 +521,7 @@ def test_the_host_fit_of_one_calibration_run_keeps_each_phase_scale_bounded():
     from gpuest.calibrate.fit_host import HOST_SCALE_BOUNDS
     from gpuest.profile import prior_profile
     root = Path(__file__).resolve().parents[1] / "data/calibration/fresh"
-    raw = load_raw(root / "H100-SXM-quick.jsonl")
+    raw = load_raw(root / "H100-SXM-quick.jsonl.gz")
     fitted = fit_profile(raw, retrace=False, validation=load_validation(root / "H100-SXM-quick.jsonl.host.jsonl"))
     assert fitted.provenance["host_fit_runs"] == 8
     lo, hi = HOST_SCALE_BOUNDS
