@@ -636,3 +636,15 @@ def test_a_partial_run_without_simt_windows_takes_the_shape_priors_simt_ratio():
     assert simt_from_prior(own, replace(lent, power=replace(lent.power, simt_w=None))).simt_w is None
     assert simt_from_prior(own, None).simt_w is None
     assert simt_from_prior(None, lent) is None
+
+
+def test_a_gzipped_run_finds_its_sidecar_under_either_name(tmp_path):
+    """A run gzipped after it was measured keeps its sidecar's plain name (run.jsonl.meta.json); one written
+    gzipped names it after the archive (run.jsonl.gz.meta.json, the importer's). Both carry the GPU."""
+    from gpuest.calibrate.fit import load_raw
+    from gpuest.jsonl import write_text
+    for archive, sidecar in (("a.jsonl.gz", "a.jsonl.meta.json"), ("b.jsonl.gz", "b.jsonl.gz.meta.json")):
+        write_text(tmp_path / archive, '{"name": "x", "time_ms_median": 1.0}\n')
+        (tmp_path / sidecar).write_text('{"gpu_name": "NVIDIA H100 80GB HBM3"}')
+        raw = load_raw(tmp_path / archive)
+        assert raw.meta["gpu_name"] == "NVIDIA H100 80GB HBM3" and raw.rows == [{"name": "x", "time_ms_median": 1.0}]

@@ -97,8 +97,10 @@ def load_raw(path: str | Path) -> RawData:
             meta.update(row)
         else:
             rows.append(row)
-    # a gzipped run keeps its sidecar under the plain name (run.jsonl.gz -> run.jsonl.meta.json)
-    sidecar = path.with_name(path.name.removesuffix(".gz") + ".meta.json")
+    # a run gzipped after it was measured keeps its sidecar's plain name (run.jsonl.gz -> run.jsonl.meta.json)
+    sidecar = next((p for p in (path.with_name(path.name + ".meta.json"),
+                                path.with_name(path.name.removesuffix(".gz") + ".meta.json")) if p.exists()),
+                   path.with_name(path.name + ".meta.json"))
     if sidecar.exists():
         meta.update(json.loads(sidecar.read_text()))
     # The runner's sidecar lists one entry per (resumed) session; provenance is the first real one.
