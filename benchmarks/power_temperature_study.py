@@ -26,9 +26,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpuest.calibrate.fit import load_raw, usable  # noqa: E402
-from gpuest.calibrate.fit_power import busy_through_window, window_utilisations  # noqa: E402
+from gpuest.calibrate.fit_power import power_design, power_window_rows, window_utilisations  # noqa: E402
 from gpuest.catalog import get_gpu  # noqa: E402
 from gpuest.jsonl import read_jsonl  # noqa: E402
+from gpuest.price.power import COMPUTE_UNITS, unit_coefficients_w  # noqa: E402
 from gpuest.profile import load_profile as _load_profile  # noqa: E402
 
 REFERENCE_C = 50.0   # temperature the temperature term is centred on (degrees C)
@@ -55,21 +56,16 @@ def _windows(gpu_name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         u, scale, y = window_utilisations(rows, gpu, power.v_min_ratio)
-    # the same selection window_utilisations makes, in the same order
-    kept = [r for r in rows if r.get("reliable") and isinstance(r.get("avg_power_w"), (int, float))
-            and r["avg_power_w"] > 0 and busy_through_window(r)]
-    if len(kept) != len(y):
-        raise SystemExit(f"window selection differs ({len(kept)} rows vs {len(y)} windows)")
     temp = np.array([r.get("temperature_c") if isinstance(r.get("temperature_c"), (int, float)) else np.nan
-                     for r in kept])
+                     for r in power_window_rows(rows)])
     return u, scale, y, temp
 
 
 def _shipped_power_w(gpu_name: str, u: np.ndarray, scale: np.ndarray) -> np.ndarray:
     gpu, p = get_gpu(gpu_name), load_profile(gpu_name).power
-    e, simt = p.utilisation_exponent, p.tensor_w if p.simt_w is None else p.simt_w
-    dyn = p.tensor_w * u[:, 0] ** e + simt * u[:, 1] ** e + p.vector_w * u[:, 2] ** e
-    return np.minimum(p.static_w + scale * dyn + p.memory_w * u[:, 3], gpu.tdp_w)
+    units = unit_coefficients_w(p)
+    coef = np.array([p.static_w, *(units[name] for name in COMPUTE_UNITS), p.memory_w])
+    return np.minimum(power_design(u, scale, p.utilisation_exponent) @ coef, gpu.tdp_w)
 
 
 def _network_power(accuracy_md: Path, gpu_name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -112,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         if band.any():
             print(f"   {lo}-{lo + 10} C: n={int(band.sum()):4d} mean {resid[band].mean():+6.1f} W")
     e = load_profile(args.gpu).power.utilisation_exponent
-    x = np.column_stack([np.ones(len(y)), scale[:, None] * u[:, :-1] ** e, u[:, -1]])[ok]
+    x = power_design(u, scale, e)[ok]
     plain = np.linalg.lstsq(x, y[ok], rcond=None)[0]
     with_t = np.linalg.lstsq(np.column_stack([x, temp[ok] - REFERENCE_C]), y[ok], rcond=None)[0]
     rmse = lambda a, c: float(np.sqrt(((y[ok] - a @ c) ** 2).mean()))  # noqa: E731

@@ -98,11 +98,11 @@ def load_raw(path: str | Path) -> RawData:
         else:
             rows.append(row)
     # a run gzipped after it was measured keeps its sidecar's plain name (run.jsonl.gz -> run.jsonl.meta.json)
-    sidecar = next((p for p in (path.with_name(path.name + ".meta.json"),
-                                path.with_name(path.name.removesuffix(".gz") + ".meta.json")) if p.exists()),
-                   path.with_name(path.name + ".meta.json"))
-    if sidecar.exists():
-        meta.update(json.loads(sidecar.read_text()))
+    for sidecar in (path.with_name(path.name + ".meta.json"),
+                    path.with_name(path.name.removesuffix(".gz") + ".meta.json")):
+        if sidecar.exists():
+            meta.update(json.loads(sidecar.read_text()))
+            break
     # The runner's sidecar lists one entry per (resumed) session; provenance is the first real one.
     for session in meta.get("sessions", []):
         if session.get("gpu_name"):
@@ -403,8 +403,7 @@ def fit_category(samples: list[RowFeatures], parent: ResidualFit | None = None,
     else:
         target = y
         kept = usable_features(x)
-    model, kept, pinned = _fit_within_ceilings(target, x, coef, kept)
-    target = target - x[:, pinned] @ (CEILINGS[pinned] - coef[pinned])
+    model, kept, pinned, target = _fit_within_ceilings(target, x, coef, kept)
     coef[pinned] = CEILINGS[pinned]
     coef[kept] += model.params
     # The parent's coefficients are estimated from other rows too; treating the two estimates as
@@ -423,18 +422,20 @@ CEILINGS = coefficient_ceilings()
 
 
 def _fit_within_ceilings(target: np.ndarray, x: np.ndarray, base: np.ndarray,
-                         kept: list[int]) -> tuple[Any, list[int], list[int]]:
+                         kept: list[int]) -> tuple[Any, list[int], list[int], np.ndarray]:
     """A robust fit of `target` adding to coefficients `base` on features `kept`, none of whose sums may pass
     its ceiling (features.coefficient_ceilings): a feature whose unconstrained coefficient passes it is
     pinned there and the rest refitted, until none passes (the least-squares optimum under one bound lies
-    on it). Returns the fit, the features it left free, and those pinned."""
+    on it). Returns the fit, the features it left free, those pinned, and the target the fit was of (what
+    the pinned features leave of `target`)."""
     pinned = [j for j in range(len(base)) if base[j] > CEILINGS[j]]
     kept = [j for j in kept if j not in pinned]
     while True:
-        model = _robust_fit(target - x[:, pinned] @ (CEILINGS[pinned] - base[pinned]), x[:, kept])
+        rest = target - x[:, pinned] @ (CEILINGS[pinned] - base[pinned])
+        model = _robust_fit(rest, x[:, kept])
         over = [j for j, p in zip(kept, model.params) if base[j] + p > CEILINGS[j]]
         if not over:
-            return model, kept, pinned
+            return model, kept, pinned, rest
         pinned = sorted(pinned + over)
         kept = [j for j in kept if j not in over]
 

@@ -37,21 +37,29 @@ def busy_through_window(row: dict[str, Any]) -> bool:
 EXPONENT_GRID = tuple(round(0.3 + 0.05 * i, 2) for i in range(15))   # utilisation exponents tried, 0.3-1.0
 
 
+def power_window_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The calibration rows whose power windows the fit uses, in order: a reliable, positive average power over
+    a window in which the GPU was busy throughout (busy_through_window), of a benchmark with device nodes."""
+    return [r for r in rows if r.get("reliable") and isinstance(r.get("avg_power_w"), (int, float))
+            and r["avg_power_w"] > 0 and busy_through_window(r) and device_nodes(r)]
+
+
+def power_design(u: np.ndarray, scale: np.ndarray, exponent: float) -> np.ndarray:
+    """The fit's regressors per window: 1 (static power), s(f) * u ** exponent per compute unit (all columns of
+    `u` but the last) and memory's utilisation (the last column), linear."""
+    return np.column_stack([np.ones(len(u)), scale[:, None] * u[:, :-1] ** exponent, u[:, -1]])
+
+
 def window_utilisations(rows: list[dict[str, Any]], gpu: GPUSpec, v_min_ratio: float
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Of the windows in which the GPU was busy throughout (busy_through_window): each one's achieved share of
-    each compute unit's roof (columns COMPUTE_UNITS) and of DRAM bandwidth (last column), its dynamic-power
-    clock scale s(f), and its measured average power (W)."""
+    """Of the windows the fit uses (power_window_rows): each one's achieved share of each compute unit's roof
+    (columns COMPUTE_UNITS) and of DRAM bandwidth (last column), its dynamic-power clock scale s(f), and its
+    measured average power (W)."""
     plain = roofline_profile()
     us, scales, ys = [], [], []
-    for r in rows:
-        p = r.get("avg_power_w")
-        if not r.get("reliable") or not isinstance(p, (int, float)) or p <= 0 or not busy_through_window(r):
-            continue
-        nodes = device_nodes(r)
-        if not nodes:
-            continue
-        table = NodeTable.from_records(nodes)
+    for r in power_window_rows(rows):
+        p = r["avg_power_w"]
+        table = NodeTable.from_records(device_nodes(r))
         clock = row_clock(r, gpu)
         times, _ = device_times(table, gpu, clock, plain)
         t = r["time_ms_median"] * 1e-3
@@ -88,7 +96,7 @@ def fit_power(rows: list[dict[str, Any]], gpu: GPUSpec, idle_w: float, v_min_rat
     bounds = ([idle_w] + [0.0] * terms, [gpu.tdp_w] + [span] * terms)
     fits = []
     for e in exponents:
-        x = np.column_stack([np.ones(len(y)), scale[:, None] * u[:, :-1] ** e, u[:, -1]])
+        x = power_design(u, scale, e)
         coef = lsq_linear(x, y, bounds=bounds).x
         fits.append((e, coef, y - x @ coef))
     e, coef, resid = min(fits, key=lambda fit: float((fit[2] ** 2).sum()))
