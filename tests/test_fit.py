@@ -247,6 +247,21 @@ def test_an_isolated_variant_is_fitted_alone_and_bends_no_other_fit():
         assert with_tiny[key].coef == alone[key].coef and with_tiny[key].log_hi == alone[key].log_hi
 
 
+def test_convolutions_on_cuda_cores_are_recorded_apart_from_their_op_and_category():
+    """A GPU whose FP32 convolutions were all depthwise (CUDA-core kernels) saw them under
+    CUDA_CORE_GROUPS_KEY, not under the convolution op or category: another GPU's dense FP32 convolutions
+    may not borrow its depthwise fits (price.device_time.correction_sources)."""
+    from gpuest.calibrate.fit import RowFeatures, fitted_modes
+    from gpuest.price.device_time import CUDA_CORE_GROUPS_KEY
+    conv = "aten.convolution.default"
+    x = _features(log_size=[0.0])[0]
+    rows = [RowFeatures("conv", conv, "fp32", 0.0, x, False, 1e-3, {}, cuda_core_groups=True),
+            RowFeatures("conv", conv, "tf32", 0.0, x, False, 1e-3, {})]
+    modes = fitted_modes(rows)
+    assert modes[CUDA_CORE_GROUPS_KEY] == ("fp32",) and modes["conv"] == ("tf32",) and modes[conv] == ("tf32",)
+
+
+
 def test_a_gemm_with_a_tiny_inner_dimension_carries_the_isolated_variant():
     """mm, addmm and bmm with N or K below TINY_INNER select the tiny-inner variant; a wide GEMM, and a skinny
     one (a single row against a wide weight), do not."""

@@ -1167,16 +1167,20 @@ def test_a_gpu_without_profile_takes_each_correction_from_the_nearest_gpus_that_
     assert choice.source == "transferred"
     assert by_node == [{"V100-PCIe-32GB"}, {"H100-SXM", "H200"}, {"V100-PCIe-32GB"}]
     _, by_node = _correcting_gpus("L4")
-    assert "A100-PCIe-40GB" not in by_node[0] and {"V100-PCIe-32GB", "T4", "H100-SXM"} <= by_node[0]
+    # The Hopper profiles measured FP32 convolutions only in depthwise layers, CUDA-core kernels of their own.
+    assert {"A100-PCIe-40GB", "H100-SXM", "H200"}.isdisjoint(by_node[0]) and {"V100-PCIe-32GB", "T4"} <= by_node[0]
     assert by_node[1] == {"H100-SXM", "H200"}
     assert {"V100-PCIe-32GB", "A100-PCIe-40GB", "H100-SXM"} <= by_node[2]
 
 
 def test_a_gpu_with_its_own_profile_borrows_only_what_its_profile_never_measured():
     """Its own fits correct every op they saw in its math mode; a T4's public FP32 profile has no tensor-core
-    rows, so its fp16 convolution takes the Hopper profiles' corrections, as a GPU without a profile would."""
+    rows, so its fp16 convolution takes the Hopper profiles' corrections, as a GPU without a profile would. The
+    H100 measured FP32 convolutions only in depthwise layers (CUDA-core kernels of their own): a dense FP32
+    (TF32 off) convolution takes the corrections of the public profiles that measured dense ones."""
+    public_fp32 = {"P100-PCIe-16GB", "P4", "T4", "V100-PCIe-32GB"}
     choice, by_node = _correcting_gpus("H100")
-    assert choice.source == "measured" and by_node == [{"H100-SXM"}] * 3
+    assert choice.source == "measured" and by_node == [public_fp32, {"H100-SXM"}, {"H100-SXM"}]
     choice, by_node = _correcting_gpus("T4")
     assert choice.source == "measured"
     assert by_node == [{"T4"}, {"H100-SXM", "H200"}, {"T4"}]

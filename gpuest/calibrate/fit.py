@@ -28,9 +28,9 @@ from scipy.spatial.distance import cdist
 from gpuest.catalog import GPUSpec, get_gpu
 from gpuest.errors import ProfileError
 from gpuest.jsonl import read_jsonl
-from gpuest.price.device_time import (RESIDUAL_CLIP, DeviceTimes, dependent_update_time_s,
-                                         device_times, dram_floor_s, fit_key, fit_keys, log_floor,
-                                         persistent_step_time_s, persistent_steps, within_fit_range)
+from gpuest.price.device_time import (CUDA_CORE_GROUPS_KEY, RESIDUAL_CLIP, DeviceTimes, cuda_core_convolutions,
+                                         dependent_update_time_s, device_times, dram_floor_s, fit_key, fit_keys,
+                                         log_floor, persistent_step_time_s, persistent_steps, within_fit_range)
 from gpuest.price.host_timeline import later_host_work
 from gpuest.price.node_table import NodeTable
 from gpuest.price.profile_choice import roofline_profile
@@ -278,6 +278,7 @@ class RowFeatures:
     measured_s: float
     row: dict[str, Any]
     log_floor: float = 0.0       # the lowest log correction pricing allows (device_time.log_floor)
+    cuda_core_groups: bool = False   # its op is a convolution run on CUDA cores (device_time.CUDA_CORE_GROUPS_KEY)
 
 
 def host_limited(row: dict[str, Any], host_op_s: dict[str, float]) -> bool:
@@ -334,7 +335,8 @@ def row_features(rows: list[dict[str, Any]], gpu: GPUSpec, latency_s: float,
         out.append(RowFeatures(dominant, str(table.fit_op[top]), str(times.effective_mode[top]),
                                math.log(after_latency / total_roof), weights @ times.features,
                                bool(r.get("holdout")), measured, r,
-                               float(weights @ log_floor(times.compute_s, dram_floor_s(table, gpu), roof))))
+                               float(weights @ log_floor(times.compute_s, dram_floor_s(table, gpu), roof)),
+                               bool(cuda_core_convolutions(table)[top])))
     return out
 
 
@@ -689,10 +691,12 @@ def calibration_provenance(meta: dict[str, Any], rows: list[dict[str, Any]]) -> 
 
 
 def fitted_modes(samples: list[RowFeatures]) -> dict[str, tuple[str, ...]]:
-    """Per category and per op, the math-mode families (MODE_FIT_FAMILY) the regression samples ran in."""
+    """Per category and per op, the math-mode families (MODE_FIT_FAMILY) the regression samples ran in; a
+    convolution run on CUDA cores under CUDA_CORE_GROUPS_KEY alone, whose kernels no dense one shares (what
+    another GPU may borrow of this profile: price.device_time.correction_sources)."""
     seen: dict[str, set[str]] = {}
     for s in samples:
-        for name in (s.category, s.op):
+        for name in (CUDA_CORE_GROUPS_KEY,) if s.cuda_core_groups else (s.category, s.op):
             seen.setdefault(name, set()).add(MODE_FIT_FAMILY.get(s.mode, s.mode))
     return {name: tuple(sorted(modes)) for name, modes in sorted(seen.items())}
 

@@ -296,13 +296,13 @@ def _compute_capability(name: str) -> str | None:
 def correction_sources(table: NodeTable, mode: np.ndarray, sources: tuple[Profile, ...],
                        gpu: GPUSpec | None = None) -> np.ndarray:
     """(sources x nodes) booleans: which of `sources` (the profile pricing `gpu`, then other GPUs' profiles,
-    the donors) correct each node. A node takes the nearest tier of sources that saw its op or category in
-    its math mode: the profile itself where it is `gpu`'s own; else the donors of `gpu`'s compute capability
-    (the same SM design, for which cuBLAS and cuDNN pick the same kernels); else every donor that saw it,
-    their log corrections averaged; where none did, the profile alone (also the only source when there is
-    one). A profile's own fits need not come from rows like the node's (public FP32 timings hold no
-    tensor-core rows; a Hopper's FP32 convolution fits say little of a V100's), and averaging over every GPU
-    that measured the like spreads one architecture's quirks thin."""
+    the donors) correct each node. A node takes the nearest tier of sources that saw any of its evidence_names
+    (its op, its category) in its math mode: the profile itself where it is `gpu`'s own; else the donors of
+    `gpu`'s compute capability (the same SM design, for which cuBLAS and cuDNN pick the same kernels); else
+    every donor that saw it, their log corrections averaged; where none did, the profile alone (also the only
+    source when there is one). A profile's own fits need not come from rows like the node's (public FP32
+    timings hold no tensor-core rows; a Hopper's FP32 convolutions are all depthwise: CUDA_CORE_GROUPS_KEY),
+    and averaging over every GPU that measured the like spreads one architecture's quirks thin."""
     out = np.zeros((len(sources), len(table)), dtype=bool)
     if len(sources) == 1:
         out[0] = True
@@ -310,11 +310,12 @@ def correction_sources(table: NodeTable, mode: np.ndarray, sources: tuple[Profil
     own = gpu is not None and sources[0].gpu == gpu.name
     same_chip = np.array([False] + [gpu is not None and _compute_capability(p.gpu) == gpu.compute_capability
                                     for p in sources[1:]])
-    chosen: dict[tuple[str, str, str], np.ndarray] = {}
-    for i, triple in enumerate(zip(table.fit_op.tolist(), table.category.tolist(), mode.tolist())):
-        if triple not in chosen:
-            op, category, m = triple
-            names = (*op_keys(op, m)[1::2], category)   # the op, its variant-free and out-of-place forms
+    narrow = cuda_core_convolutions(table)
+    chosen: dict[tuple[str, str, str, bool], np.ndarray] = {}
+    for i, key in enumerate(zip(table.fit_op.tolist(), table.category.tolist(), mode.tolist(), narrow.tolist())):
+        if key not in chosen:
+            op, category, m, cuda_cores = key
+            names = evidence_names(op, category, m, cuda_cores)
             saw = np.array([any(p.saw(n, m) for n in names) for p in sources])
             if own and saw[0]:
                 saw[1:] = False
@@ -323,9 +324,29 @@ def correction_sources(table: NodeTable, mode: np.ndarray, sources: tuple[Profil
                 if (saw & same_chip).any():
                     saw &= same_chip
                 saw[0] = not saw.any()
-            chosen[triple] = saw
-        out[:, i] = chosen[triple]
+            chosen[key] = saw
+        out[:, i] = chosen[key]
     return out
+
+
+# A grouped convolution too narrow for tensor cores runs CUDA-core kernels (node_table.runs_on_tensor_cores)
+# unlike any dense convolution of its math mode: profiles record what they measured of it under this key
+# (calibrate.fit.fitted_modes) instead of its op's and category's, so that a Hopper's depthwise layers, its only
+# FP32 convolutions, do not correct another GPU's dense FP32 (cuDNN's Winograd and GEMM) ones.
+CUDA_CORE_GROUPS_KEY = "conv[cuda_core_groups]"
+
+
+def cuda_core_convolutions(table: NodeTable) -> np.ndarray:
+    """bool per node: a convolution that runs on CUDA cores for its narrow groups (CUDA_CORE_GROUPS_KEY)."""
+    return (table.category == "conv") & ~table.tensor_core
+
+
+def evidence_names(op: str, category: str, mode: str, cuda_cores: bool) -> tuple[str, ...]:
+    """The names under which a profile's fitted_modes record what it measured of a node like this one: its
+    op (with its variant, then without; in place, then out of place) and its category, and for a convolution
+    run on CUDA cores, CUDA_CORE_GROUPS_KEY."""
+    names = (*op_keys(op, mode)[1::2], category)   # the op, its variant-free and out-of-place forms
+    return (CUDA_CORE_GROUPS_KEY, *names) if cuda_cores else names
 
 
 @dataclass(frozen=True)
