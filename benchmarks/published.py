@@ -82,9 +82,12 @@ table does not score.
 The EfficientNet-B0 rows were added after that change, and after the change that records depthwise
 convolutions apart from dense ones in what a profile saw (`device_time.CUDA_CORE_GROUPS_KEY`), which does not
 move them: no row of them was used to choose either. Training and large-batch inference are mostly
-predicted faster than published, the A100-SXM4's training most (its TF32, fp16 and depthwise corrections
-come from the Hopper profiles and the depthwise ones from the public profiles' FP32 convolutions too); the
-V100-SXM2's FP32 inference, whose dense convolutions the V100-PCIe's public profile corrects, slower. Their
+predicted faster than published, the A100-SXM4's training most: its TF32 and fp16 corrections come from
+the Hopper profiles, its depthwise ones from those and the public profiles' FP32 convolutions, and its batch
+norms from the layer-norm fits of the same chip's public A100-PCIe profile, which has no batch norm (priced
+so, a batch-256 TF32 step's batch norms take less time than on the H100, whose DRAM is 1.6x as fast:
+`gpuest estimate efficientnet_b0 --train --precision fp32 --batch 256 --gpu A100-SXM4-80GB`, then H100). The
+V100-SXM2's FP32 inference, whose dense convolutions the V100-PCIe's public profile corrects, comes out slower. Their
 AMP training figures, 2489 and 1301 img/s, lie within 10 % of the same repository's ResNet-50 AMP training
 figures above (2470 and 1200 img/s) for a tenth of the FLOPs per image, as an input pipeline capped at one
 rate would give; gpuest prices no data loading. These rows are the evidence that depthwise-heavy networks on
