@@ -94,18 +94,16 @@ rate would give; gpuest prices no data loading. These rows are the evidence that
 GPUs without a profile of their own are priced worse than ResNet-50 is."""
 
 
-def _dle(table: str, gpu: str, mode: str, precision: str, batch: int, img_s: float) -> PublishedRow:
+def _dle(table: str, gpu: str, mode: str, precision: str, batch: int, img_s: float, model: str = "resnet50",
+         recipe: str = DLE_RECIPE) -> PublishedRow:
     fmt = "channels_last" if precision == "fp16-mixed" else "contiguous"
     amp = "AMP (fp16, static loss scale 128), NHWC" if precision == "fp16-mixed" else (
         "TF32" if gpu.startswith("A100") else "FP32") + ", NCHW"
-    return PublishedRow(table, gpu, "resnet50", mode, precision, fmt, batch, img_s, f"{amp}; {DLE_RECIPE}")
+    return PublishedRow(table, gpu, model, mode, precision, fmt, batch, img_s, f"{amp}; {recipe}")
 
 
 def _dle_effnet(table: str, gpu: str, mode: str, precision: str, batch: int, img_s: float) -> PublishedRow:
-    fmt = "channels_last" if precision == "fp16-mixed" else "contiguous"
-    amp = "AMP, NHWC" if precision == "fp16-mixed" else ("TF32" if gpu.startswith("A100") else "FP32") + ", NCHW"
-    return PublishedRow("EfficientNet-B0 " + table, gpu, "efficientnet_b0", mode, precision, fmt, batch, img_s,
-                        f"{amp}; {DLE_EFFNET_RECIPE}")
+    return _dle("EfficientNet-B0 " + table, gpu, mode, precision, batch, img_s, "efficientnet_b0", DLE_EFFNET_RECIPE)
 
 
 TRAIN_A100 = "Training performance: NVIDIA DGX A100 (8x A100 80GB), 1 GPU row"
