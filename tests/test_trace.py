@@ -368,6 +368,23 @@ def test_sgd_optimizer_and_no_optimizer():
     assert {d["phase"] for _, d in none.nodes(data=True)} == {"forward", "loss", "backward"}
 
 
+@pytest.mark.parametrize("name", ["adamw", "sgd"])
+def test_forloop_optimizer_launches_per_parameter_and_moves_the_same_bytes(name):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    x = torch.empty(8, 16)
+    graphs = {impl: trace(model, (x,), mode="training", optimizer=impl)
+              for impl in (name, f"{name}-forloop")}
+    steps = {impl: [d for _, d in g.nodes(data=True) if d["phase"] == "optimizer" and d["kernels"] > 0]
+             for impl, g in graphs.items()}
+    n_tensors = len(list(model.parameters()))
+    # foreach: one launch per op over all tensors; for-loop: every op once per parameter
+    assert len(steps[f"{name}-forloop"]) >= n_tensors * len(steps[name]) // 2 > len(steps[name])
+    assert all(not d["op"].startswith("aten._foreach") for d in steps[f"{name}-forloop"])
+    device_bytes = {impl: sum(d["bytes_read"] + d["bytes_written"] for d in ds
+                              if not d["input_shapes"].startswith("scalar")) for impl, ds in steps.items()}
+    assert device_bytes[f"{name}-forloop"] >= device_bytes[name] > 0
+
+
 # ---------------------------------------------------------------- precision and math modes
 
 def test_bf16_mixed_runs_gemms_in_bf16():

@@ -25,9 +25,13 @@ PRECISIONS = {
     "bf16-mixed": (None, torch.bfloat16), "fp16-mixed": (None, torch.float16),
 }
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
-    # As torch runs them on CUDA by default: the foreach implementations.
+    # As torch (>= 2.0) runs them on CUDA by default: the foreach implementations.
     "adamw": lambda params: torch.optim.AdamW(params, lr=1e-3, foreach=True),
     "sgd": lambda params: torch.optim.SGD(params, lr=1e-2, momentum=0.9, foreach=True),
+    # One launch per op and parameter: torch < 2.0's default, foreach=False, and hand-written per-parameter
+    # optimizers; on many small parameters the host's dispatch of these launches sets the step's time.
+    "adamw-forloop": lambda params: torch.optim.AdamW(params, lr=1e-3, foreach=False),
+    "sgd-forloop": lambda params: torch.optim.SGD(params, lr=1e-2, momentum=0.9, foreach=False),
 }
 GRAPH_SCHEMA = "gpuest.graph/1"
 TRACE_DEVICE = "cpu"  # fake tensors only: nothing is allocated; CPU-only kernels are renamed to CUDA ones.
