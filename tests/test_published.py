@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from gpuest.capture.trace import PRECISIONS
+from gpuest.capture.trace import OPTIMIZERS, PRECISIONS
 from gpuest.catalog import get_gpu
 
 SPEC = importlib.util.spec_from_file_location("published", Path(__file__).resolve().parents[1] / "benchmarks" / "published.py")
@@ -19,11 +20,11 @@ SPEC.loader.exec_module(published)
 
 @pytest.mark.parametrize("row", published.ROWS, ids=lambda r: f"{r.gpu}-{r.mode}-{r.precision}-b{r.batch}")
 def test_every_row_names_its_table_conditions_and_a_catalogued_gpu(row):
-    assert row.table and row.conditions and row.published_img_s > 0
+    assert row.table and row.conditions and row.published_per_s > 0 and row.source in published.SOURCES
     assert get_gpu(row.gpu).name == row.gpu
-    assert row.precision in PRECISIONS and row.mode in ("training", "inference")
-    # AMP recipes run NHWC in the source's configs.yml; FP32/TF32 ones NCHW
-    assert (row.memory_format == "channels_last") == (row.precision == "fp16-mixed")
+    assert row.precision in PRECISIONS and row.mode in ("training", "inference") and row.optimizer in OPTIMIZERS
+    # the layout priced is the one the row's stated conditions name (DLE's AMP recipes NHWC, Lambda's NCHW)
+    assert (row.memory_format == "channels_last") == ("NHWC" in row.conditions)
 
 
 def test_small_inference_batches_are_listed_not_scored():
@@ -44,6 +45,17 @@ def test_report_scores_a_row_against_its_published_figure():
     text = published.report((row,))
     line = next(l for l in text.splitlines() if l.startswith("| a table |"))
     cells = [c.strip() for c in line.strip("|").split("|")]
-    predicted, error = float(cells[7]), float(cells[8])
+    assert cells[6] == "img/s"
+    predicted, error = float(cells[8]), float(cells[9])
     assert error == pytest.approx(100.0 * (predicted / 1000.0 - 1.0), abs=0.06)
     assert f"inference at batch >= {published.MIN_MODELLED_INFERENCE_BATCH}): 1;" in text
+
+
+def test_bert_squad_rows_trace_the_source_model_with_tf32_gemms():
+    row = next(r for r in published.ROWS if r.model == "bert_large_squad" and r.precision == "fp32")
+    graph = published.trace_row(replace(row, batch=2, seq=64))
+    modes = {d.get("math_mode") for _, d in graph.nodes(data=True) if d.get("category") == "matmul"}
+    assert modes == {"tf32"}        # NGC's cuBLAS override, recorded at trace time
+    weight_bytes = sum(b for _, b, kind in json.loads(graph.graph["memory_persistent"]) if kind == "weights")
+    # DLE's weight count less the pooler it never uses, plus HF's two int64 id buffers of 512 positions
+    assert weight_bytes == 4 * (335_150_082 - 1024 * 1024 - 1024) + 2 * 512 * 8
