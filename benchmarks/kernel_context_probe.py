@@ -10,7 +10,11 @@ small table (batch-1 batch norms, a ReLU), three numbers per call (us):
 
 The non-test ResNet-50 batch-1 bf16-mixed step runs its eval batch norms in 5.6-6.1 us of kernel time, and
 the suite timed the same shapes at 7.2-8.3 us (data/calibration/experiments/batch_one.H100-SXM.jsonl.gz).
-Clocks are left as found. Written in session 45, when no GPU was lent after its first call: not yet run.
+Clocks are left as found. Run on the H100 on 2026-12-07 (data/kernels/H100-SXM-kernel-context.jsonl): a kernel
+takes the same time launched back to back or onto an idle GPU (within 0.03 us); this probe's event time per call
+(8-59 us: it queues no spin ahead, unlike the suite) is the host's dispatch. The bf16-data eval batch norms take
+3.4-4.3 us of kernel time here, on one tensor reused warm in L2, against the model's 5.6-6.1 us: the launch
+context does not explain that gap.
 """
 from __future__ import annotations
 

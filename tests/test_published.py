@@ -59,3 +59,20 @@ def test_bert_squad_rows_trace_the_source_model_with_tf32_gemms():
     weight_bytes = sum(b for _, b, kind in json.loads(graph.graph["memory_persistent"]) if kind == "weights")
     # DLE's weight count less the pooler it never uses, plus HF's two int64 id buffers of 512 positions
     assert weight_bytes == 4 * (335_150_082 - 1024 * 1024 - 1024) + 2 * 512 * 8
+
+
+def test_measured_here_splits_the_gap_between_pricing_and_the_sources_software(tmp_path, monkeypatch):
+    row = published.ROWS[0]
+    record = {"table": row.table, "step_s": row.batch / 1000.0, "device_busy_s": 0.25, "torch": "x",
+              "device_name": "GPU", "date": "2026-12-07T00:00:00+00:00"}
+    path = tmp_path / "steps.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    monkeypatch.setattr(published, "MEASURED_HERE", path)
+    monkeypatch.setattr(published, "REPO", tmp_path)
+    lines = published.measured_here([(row, {"pred_per_s": 1100.0, "busy_share": 0.5})])
+    cells = [c.strip() for c in next(l for l in lines if l.startswith(f"| {row.table} |")).strip("|").split("|")]
+    assert cells[2] == "1000" and cells[3] == "1100" and float(cells[4]) == pytest.approx(10.0)
+    assert float(cells[5]) == pytest.approx(100.0 * (row.published_per_s / 1000.0 - 1.0), abs=0.06)
+    assert float(cells[6]) == pytest.approx(250.0)
+    monkeypatch.setattr(published, "MEASURED_HERE", tmp_path / "absent.jsonl")
+    assert published.measured_here([(row, {"pred_per_s": 1.0, "busy_share": 1.0})]) == []
