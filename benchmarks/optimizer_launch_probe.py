@@ -1,0 +1,78 @@
+"""Device probe: the same training step with each optimizer implementation `trace` offers (foreach and
+for-loop AdamW and SGD), at small batches where the optimizer's host dispatch shows: wall time per step and
+device-busy time, to check how gpuest prices the for-loop variants' per-parameter launches.
+
+    PYTHONPATH=. python3 benchmarks/optimizer_launch_probe.py --out OUT.jsonl     (on a GPU)
+    python3 benchmarks/optimizer_launch_probe.py --report data/published/H100-SXM.optimizer-launch.jsonl
+        (anywhere: the measured steps against gpuest's H100-SXM predictions, as a Markdown table)
+
+The steps are docs/PUBLISHED.md's BERT-base SQuAD step (batch 8 at 128 tokens, TF32) and ResNet-50 (batch 32,
+fp32), built as benchmarks/published.py traces them. Clocks are left as found.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import published  # noqa: E402
+from published_step_probe import measure  # noqa: E402
+
+OPTIMIZER_NAMES = ("adamw", "adamw-forloop", "sgd", "sgd-forloop")
+
+
+def study_rows() -> list[published.PublishedRow]:
+    """The probe's steps: each base row at a small batch, once per optimizer implementation."""
+    lam = [r for r in published.ROWS if r.source == "lambda" and r.table.endswith(": H100 80GB SXM5")]
+    bert = next(r for r in lam if r.model == "bert_base_squad" and r.precision == "fp32")
+    rn50 = next(r for r in lam if r.model == "resnet50" and r.precision == "fp32")
+    bases = (replace(bert, batch=8, seq=128), replace(rn50, batch=32))
+    return [replace(b, optimizer=o, table=f"optimizer study {b.model} b{b.batch} {o}")
+            for b in bases for o in OPTIMIZER_NAMES]
+
+
+def report(path: str, gpu: str = "H100-SXM") -> str:
+    """Markdown: each measured step's wall and device-busy time (ms) against gpuest's prediction on `gpu`."""
+    import gpuest
+    from gpuest.jsonl import read_jsonl
+    measured = {m["table"]: m for m in read_jsonl(path)}
+    lines = ["| step | measured wall ms | predicted wall ms | error % | measured busy ms | predicted busy ms |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for row in study_rows():
+        m = measured.get(row.table)
+        if m is None:
+            continue
+        est = gpuest.estimate(published.trace_row(row), gpu)
+        lines.append(f"| {row.table.removeprefix('optimizer study ')} | {1e3 * m['step_s']:.1f} | "
+                     f"{1e3 * est.time_s:.1f} | {100 * (est.time_s / m['step_s'] - 1):+.1f} | "
+                     f"{1e3 * m['device_busy_s']:.1f} | {1e3 * est.device_time_s:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", help="JSONL file to append one row per measured step to (on a GPU)")
+    ap.add_argument("--report", help="a JSONL file this probe wrote: print it against gpuest's predictions")
+    args = ap.parse_args(argv)
+    if args.report:
+        print(report(args.report))
+        return 0
+    if not args.out:
+        ap.error("give --out (measure) or --report (compare)")
+    with open(args.out, "a") as f:
+        for row in study_rows():
+            rec = {**measure(row), "seq": row.seq}
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            print(json.dumps(rec), flush=True)
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
