@@ -385,6 +385,32 @@ def test_forloop_optimizer_launches_per_parameter_and_moves_the_same_bytes(name)
     assert device_bytes[f"{name}-forloop"] >= device_bytes[name] > 0
 
 
+def test_a_tensor_held_outside_parameters_and_buffers_is_traced_as_a_constant():
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 16)
+            self.scales = [torch.full((16,), 0.5)]   # a plain attribute, as torchvision's anchor caches are
+
+        def forward(self, x):
+            return self.lin(x) * self.scales[0]
+
+    graph = trace(Scaled(), (torch.empty(4, 16),), mode="training")
+    muls = [d for _, d in graph.nodes(data=True) if d["op"] == "aten.mul.Tensor" and d["phase"] == "forward"]
+    assert len(muls) == 1 and muls[0]["bytes_read"] == 4 * (4 * 16 + 16)
+    assert nodes(graph, phase="optimizer")    # the constant takes no gradient, the layer does
+
+
+def test_value_dependent_selection_outside_routing_says_what_is_not_supported():
+    class Thresholded(torch.nn.Module):
+        def forward(self, x):
+            keep = torch.nonzero(x[:, 0] > 0.5)[:, 0]     # detection-style score threshold
+            return x[keep].sum()
+
+    with pytest.raises(TraceError, match=r"nonzero[\s\S]*depends on the values of its input[\s\S]*routing="):
+        trace(Thresholded(), (torch.empty(32, 4),))
+
+
 # ---------------------------------------------------------------- precision and math modes
 
 def test_bf16_mixed_runs_gemms_in_bf16():

@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 import networkx as nx
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 from ..annotate.math_mode import TF32Policy
@@ -90,7 +90,9 @@ def trace(model: torch.nn.Module, example_inputs: Any, *, mode: str = "inference
     run_op = RoutingValues(assumption, FAKE_SUBSTITUTES)
     recorder = OpRecorder(tracker, modules, root, tf32, run_op)
     was_training = model.training
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    # A real tensor a module holds outside its parameters and buffers (torchvision's cached detection anchors, a
+    # constant mask) becomes a fake constant when an op meets it, as inputs and weights are made fake up front.
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     try:
         model.train(training)
         with fake_mode:
@@ -192,10 +194,19 @@ def _record_step(step: Callable[[OpRecorder], None], recorder: OpRecorder, run_o
         last = recorder.nodes[-1].attrs["cpu_op"] if recorder.nodes else "none"
         raise TraceError(
             f"could not trace {what}: {type(exc).__name__}: {exc}\n"
-            f"  while in module {where!r} during {recorder.phase}, after op {last}. "
-            "Tracing runs on fake tensors: data-dependent Python control flow (e.g. `if x.sum() > 0`, "
-            "`.item()`, `.tolist()`) cannot be traced; make it shape-dependent or pass a smaller model."
+            f"  while in module {where!r} during {recorder.phase}, after op {last}. " + _trace_failure_hint(exc)
         ) from exc
+
+
+def _trace_failure_hint(exc: Exception) -> str:
+    """What a trace on fake tensors cannot do, for the failure `exc`."""
+    if isinstance(exc, (DynamicOutputShapeException, DataDependentOutputException)):
+        return ("That op's output shape or value depends on the values of its input, which fake tensors do not "
+                "have. gpuest assumes such values only for mixture-of-experts routing (`routing=`); other "
+                "value-dependent selection (detection post-processing: score thresholds, NMS) is not supported: "
+                "trace the model without it (e.g. its backbone and heads).")
+    return ("Tracing runs on fake tensors: data-dependent Python control flow (e.g. `if x.sum() > 0`, "
+            "`.item()`, `.tolist()`) cannot be traced; make it shape-dependent or pass a smaller model.")
 
 
 def _register_persistent(recorder: OpRecorder, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
