@@ -2,8 +2,10 @@
 
 A model may take more than tensors: a transformers `Cache` (Dynamic, Static, sliding-window: objects whose
 layers hold key/value tensors in attributes), dataclasses, named tuples, nested lists and dicts. `trace`
-runs under `FakeTensorMode`, which refuses any real or meta tensor it meets, so each one is replaced by a
-fake of the same shape, strides and dtype. Containers torch's pytree knows are rebuilt through it; any
+runs under `FakeTensorMode`, and each input is replaced up front by a fake of the same shape, strides and
+dtype (cast to the traced weight dtype where one is forced), so the trace knows it as an input and counts its
+memory; only tensors a module holds outside its parameters and buffers are left for the mode to turn into
+constants as ops meet them. Containers torch's pytree knows are rebuilt through it; any
 other object holding tensors in its attributes (`__dict__`, dataclass fields) is shallow-copied and its
 attributes converted, so the caller's objects are never mutated. Inside such an object, a `torch.device`
 attribute (where its tensors live, used to allocate more of them) becomes the trace device, and a
