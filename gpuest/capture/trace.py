@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 import networkx as nx
 import torch
-from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
+from torch._subclasses.fake_tensor import DynamicOutputShapeException, FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 from ..annotate.math_mode import TF32Policy
@@ -200,8 +200,8 @@ def _record_step(step: Callable[[OpRecorder], None], recorder: OpRecorder, run_o
 
 def _trace_failure_hint(exc: Exception) -> str:
     """What a trace on fake tensors cannot do, for the failure `exc`."""
-    if isinstance(exc, (DynamicOutputShapeException, DataDependentOutputException)):
-        return ("That op's output shape or value depends on the values of its input, which fake tensors do not "
+    if isinstance(exc, DynamicOutputShapeException):   # .item() and `if tensor:` raise DataDependentOutputException
+        return ("That op's output shape depends on the values of its input, which fake tensors do not "
                 "have. gpuest assumes such values only for mixture-of-experts routing (`routing=`); other "
                 "value-dependent selection (detection post-processing: score thresholds, NMS) is not supported: "
                 "trace the model without it (e.g. its backbone and heads).")
