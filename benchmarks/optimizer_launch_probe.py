@@ -3,7 +3,7 @@ for-loop AdamW and SGD), at small batches where the optimizer's host dispatch sh
 device-busy time, to check how gpuest prices the for-loop variants' per-parameter launches.
 
     PYTHONPATH=. python3 benchmarks/optimizer_launch_probe.py --out OUT.jsonl     (on a GPU)
-    python3 benchmarks/optimizer_launch_probe.py --report data/published/H100-SXM.optimizer-launch.jsonl
+    python3 benchmarks/optimizer_launch_probe.py --report data/published/H100-SXM.optimizer-launch*.jsonl
         (anywhere: the measured steps against gpuest's H100-SXM predictions, as a Markdown table)
 
 The steps are docs/PUBLISHED.md's BERT-base SQuAD step (batch 8 at 128 tokens, TF32) and ResNet-50 (batch 32,
@@ -36,28 +36,38 @@ def study_rows() -> list[published.PublishedRow]:
             for b in bases for o in OPTIMIZER_NAMES]
 
 
-def report(path: str, gpu: str = "H100-SXM") -> str:
-    """Markdown: each measured step's wall and device-busy time (ms) against gpuest's prediction on `gpu`."""
+def report(paths: list[str], gpu: str = "H100-SXM") -> str:
+    """Markdown: each step's measured wall time (ms; median and range over the runs in `paths`) and device-busy
+    time against gpuest's prediction on `gpu`."""
+    import statistics
     import gpuest
     from gpuest.jsonl import read_jsonl
-    measured = {m["table"]: m for m in read_jsonl(path)}
-    lines = ["| step | measured wall ms | predicted wall ms | error % | measured busy ms | predicted busy ms |",
-             "|---|---:|---:|---:|---:|---:|"]
+    measured: dict[str, list[dict]] = {}
+    for path in paths:
+        for m in read_jsonl(path):
+            measured.setdefault(m["table"], []).append(m)
+    lines = [f"| step | runs | measured wall ms: median (range) | predicted wall ms | error vs median % "
+             "| measured busy ms | predicted busy ms |",
+             "|---|---:|---|---:|---:|---:|---:|"]
     for row in study_rows():
-        m = measured.get(row.table)
-        if m is None:
+        runs = measured.get(row.table)
+        if not runs:
             continue
+        walls = [1e3 * m["step_s"] for m in runs]
+        med = statistics.median(walls)
         est = gpuest.estimate(published.trace_row(row), gpu)
-        lines.append(f"| {row.table.removeprefix('optimizer study ')} | {1e3 * m['step_s']:.1f} | "
-                     f"{1e3 * est.time_s:.1f} | {100 * (est.time_s / m['step_s'] - 1):+.1f} | "
-                     f"{1e3 * m['device_busy_s']:.1f} | {1e3 * est.device_time_s:.1f} |")
+        lines.append(f"| {row.table.removeprefix('optimizer study ')} | {len(walls)} | {med:.1f} "
+                     f"({min(walls):.1f}-{max(walls):.1f}) | {1e3 * est.time_s:.1f} | "
+                     f"{100 * (1e3 * est.time_s / med - 1):+.1f} | "
+                     f"{statistics.median(1e3 * m['device_busy_s'] for m in runs):.1f} | {1e3 * est.device_time_s:.1f} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="JSONL file to append one row per measured step to (on a GPU)")
-    ap.add_argument("--report", help="a JSONL file this probe wrote: print it against gpuest's predictions")
+    ap.add_argument("--report", nargs="+", help="JSONL files this probe wrote (runs of the same steps): print them "
+                    "against gpuest's predictions")
     args = ap.parse_args(argv)
     if args.report:
         print(report(args.report))
