@@ -125,7 +125,9 @@ docs/CROSS_GPU.md shows for the T4 and P4). Part of the BERT gap is the figure's
 by its logs, and BertAdam's per-parameter gradient clipping is not priced. Most of it is the software: the
 six H100-SXM steps, run here as they are traced with PyTorch 2.11 (section above), leave the published figures
 7-23 % below them, and gpuest's predictions lie within 3.3 % of those runs for the TF32 rows and 8-11 % under them
-(too slow) for the fp16 ones (their per-op device times, for a later look: data/published/H100-SXM.steps-perop.jsonl)."""
+(too slow) for the fp16 ones. Per op (the table under that section) the step totals hide offsetting errors:
+the TF32 `mm` calls (BERT's backward GEMMs) are priced 22-28 % fast, the fp16 GEMMs 11-13 % slow, and the
+ResNet-50 convolution backward 16-21 % slow in both precisions."""
 
 
 def _dle(table: str, gpu: str, mode: str, precision: str, batch: int, img_s: float, model: str = "resnet50",
@@ -382,6 +384,42 @@ def measured_here(results: list) -> list[str]:
         lines.append(f"| {r.table} | {r.published_per_s:.0f} | {here_per_s:.0f} | {p['pred_per_s']:.0f} | "
                      f"{100 * (p['pred_per_s'] / here_per_s - 1):+.1f} | {100 * (r.published_per_s / here_per_s - 1):+.1f} "
                      f"| {1e3 * m['device_busy_s']:.1f} | {pred_busy_ms:.1f} |")
+    return lines + [""] + _per_op_lines(results)
+
+
+# The same steps with each ATen op's device time (the probe's --per-op call).
+MEASURED_HERE_PER_OP = REPO / "data" / "published" / "H100-SXM.steps-perop.jsonl"
+PER_OP_SHOWN = 6   # ops per step, by measured device time
+
+
+def _per_op_lines(results: list) -> list[str]:
+    """Markdown: per step of MEASURED_HERE_PER_OP, its largest ops' measured and predicted device time,
+    aligned as the accuracy report aligns validation steps (gpuest.evaluate.accuracy.align_per_op)."""
+    if not MEASURED_HERE_PER_OP.exists():
+        return []
+    import gpuest
+    from gpuest.evaluate.accuracy import align_per_op, ops_as_profiled
+    from gpuest.jsonl import read_jsonl
+    rows = {r.table: r for r, _ in results}
+    lines = ["Per op (the probe's `--per-op` call, `" + str(MEASURED_HERE_PER_OP.relative_to(REPO)) + "`): each "
+             f"step's {PER_OP_SHOWN} largest ops by measured device time, matched to the traced nodes as "
+             "docs/ACCURACY.md matches validation steps; *matched* is the share of the step's device-busy time "
+             "the matched ops cover.",
+             "",
+             "| step | op | calls | measured ms | predicted ms | error % |",
+             "|---|---|---:|---:|---:|---:|"]
+    for m in read_jsonl(MEASURED_HERE_PER_OP):
+        row = rows.get(m.get("table"))
+        if row is None or "per_op" not in m:
+            continue
+        est = gpuest.estimate(trace_row(row), row.gpu)
+        aligned = align_per_op(m["per_op"], ops_as_profiled(est.per_node))
+        lines.append(f"| {row.table} | all matched ({aligned['coverage_pct']:.0f} % matched) | {aligned['n_matched']} | "
+                     f"{aligned['matched_measured_us'] / 1e3:.1f} | {aligned['matched_predicted_us'] / 1e3:.1f} | "
+                     f"{aligned['matched_sum_error_pct']:+.1f} |")
+        for name, calls, meas_us, pred_us in aligned["by_op"][:PER_OP_SHOWN]:
+            lines.append(f"| | {name} | {calls} | {meas_us / 1e3:.1f} | {pred_us / 1e3:.1f} | "
+                         f"{100 * (pred_us / meas_us - 1):+.1f} |")
     return lines + [""]
 
 

@@ -76,3 +76,23 @@ def test_measured_here_splits_the_gap_between_pricing_and_the_sources_software(t
     assert float(cells[6]) == pytest.approx(250.0)
     monkeypatch.setattr(published, "MEASURED_HERE", tmp_path / "absent.jsonl")
     assert published.measured_here([(row, {"pred_per_s": 1.0, "busy_share": 1.0})]) == []
+
+
+def test_per_op_lines_compare_each_measured_op_with_its_traced_node(tmp_path, monkeypatch):
+    import gpuest
+    from gpuest.evaluate.accuracy import _norm_pred, ops_as_profiled
+    row = replace(published.ROWS[0], model="resnet18", batch=2, table="a step")
+    ops = ops_as_profiled(gpuest.estimate(published.trace_row(row), row.gpu).per_node)
+    # a measurement where every op took twice its predicted time
+    measured = {"ops": [[f"aten::{_norm_pred(op)}", 2e6 * t, []] for op, t in ops],
+                "iteration_device_busy_us": sum(2e6 * t for _, t in ops)}
+    path = tmp_path / "perop.jsonl"
+    path.write_text(json.dumps({"table": "a step", "per_op": measured}) + "\n")
+    monkeypatch.setattr(published, "MEASURED_HERE_PER_OP", path)
+    monkeypatch.setattr(published, "REPO", tmp_path)
+    lines = published._per_op_lines([(row, None)])
+    total = [c.strip() for c in next(l for l in lines if l.startswith("| a step |")).strip("|").split("|")]
+    assert total[1].startswith("all matched (100 %") and float(total[5]) == pytest.approx(-50.0, abs=0.1)
+    per_op = [l for l in lines if l.startswith("| | ")]
+    assert len(per_op) == published.PER_OP_SHOWN
+    assert all(float(l.strip("|").split("|")[5]) == pytest.approx(-50.0, abs=0.1) for l in per_op)
