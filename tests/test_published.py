@@ -68,6 +68,7 @@ def test_measured_here_splits_the_gap_between_pricing_and_the_sources_software(t
     path = tmp_path / "steps.jsonl"
     path.write_text(json.dumps(record) + "\n")
     monkeypatch.setattr(published, "MEASURED_HERE", path)
+    monkeypatch.setattr(published, "MEASURED_HERE_PER_OP", tmp_path / "no-per-op.jsonl")
     monkeypatch.setattr(published, "REPO", tmp_path)
     lines = published.measured_here([(row, {"pred_per_s": 1100.0, "busy_share": 0.5})])
     cells = [c.strip() for c in next(l for l in lines if l.startswith(f"| {row.table} |")).strip("|").split("|")]
