@@ -22,7 +22,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-size", type=int, default=None, help="input resolution for vision models")
     p.add_argument("--train", action="store_true", help="a full training step (forward, backward, AdamW)")
     p.add_argument("--precision", default="fp32", help="fp32 | bf16-mixed | fp16-mixed | bf16 | fp16")
-    p.add_argument("--optimizer", default="adamw", help="adamw | sgd (foreach, as torch >= 2.0 runs them) | adamw-forloop | sgd-forloop (one launch per parameter and op: foreach=False, torch < 2.0's default); training only")
+    p.add_argument("--optimizer", default="adamw",
+                   help="adamw | sgd (foreach, as torch >= 2.0 runs them) | adamw-forloop | sgd-forloop (one launch "
+                        "per parameter and op: foreach=False, torch < 2.0's default); training only")
     p.add_argument("--routing", default="balanced",
                    help="mixture-of-experts routing: balanced (default) | skewed:H (the hottest expert's share H "
                         "of the routed slots) | f1,f2,... (one share per expert, summing to 1)")
