@@ -45,7 +45,7 @@ DLE_EFFNET_RECIPE = ("torchvision efficientnet_b0 for DLE's efficientnet-b0, RMS
                      "1 GPU, pytorch-21.03 NGC container")
 
 
-SOURCES = {"dle": ("NVIDIA DeepLearningExamples",), "lambda": ("Lambda deeplearning-benchmark",)}
+SOURCES = {"dle": "NVIDIA DeepLearningExamples", "lambda": "Lambda deeplearning-benchmark"}
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ TRAIN_V100_32 = "Training performance: NVIDIA DGX-1 32GB (8x V100 32GB), 1 GPU r
 INFER_V100 = "Inference performance: NVIDIA DGX-1 (1x V100 16GB)"
 INFER_T4 = "Inference performance: NVIDIA T4"
 
-ROWS: tuple[PublishedRow, ...] = (
+DLE_ROWS: tuple[PublishedRow, ...] = (
     _dle(TRAIN_A100, "A100-SXM4-80GB", "training", "fp32", 256, 938),
     _dle(TRAIN_A100, "A100-SXM4-80GB", "training", "fp16-mixed", 256, 2470),
     _dle(TRAIN_V100_16, "V100-SXM2-16GB", "training", "fp32", 112, 367),
@@ -267,7 +267,7 @@ def _lambda_rows() -> tuple[PublishedRow, ...]:
     return tuple(rows)
 
 
-ROWS = ROWS + _lambda_rows()
+ROWS = DLE_ROWS + _lambda_rows()
 
 # BERT for SQuAD as DLE's run_squad.py builds it: BERT-base/large with a 2-way span head; vocabulary 30528
 # (DLE's padded one: with the unused pooler, 109,488,386 and 335,150,082 weights, as its logs print).
@@ -325,23 +325,23 @@ def trace_row(row: PublishedRow):
 
 def predict(row: PublishedRow) -> dict:
     """gpuest's throughput (row.unit) for `row` with the profile `gpuest.estimate` picks (its source and the
-    step's device-busy share), and with a same-chip board's shipped profile where one exists."""
+    step's device-busy share, and the Estimate itself), and with a same-chip board's shipped profile where one
+    exists."""
     import gpuest
     graph = trace_row(row)
     est = gpuest.estimate(graph, row.gpu)
     out = {"pred_per_s": row.batch / est.time_s, "profile": est.profile_source,
-           "busy_share": est.device_time_s / est.time_s, "same_chip": same_chip_profile(row.gpu)}
+           "busy_share": est.device_time_s / est.time_s, "same_chip": same_chip_profile(row.gpu), "estimate": est}
     if out["same_chip"]:
         out["same_chip_per_s"] = row.batch / gpuest.estimate(graph, row.gpu, profile=out["same_chip"]).time_s
     return out
 
 
-def _by_key(results: list, errors: list[float], key: Callable[[PublishedRow], str]) -> dict[str, list[float]]:
-    """|error| % of the modelled rows, grouped by key(row)."""
+def _by_key(scored: list[tuple[PublishedRow, float]], key: Callable[[PublishedRow], str]) -> dict[str, list[float]]:
+    """The |error| % of (row, |error|) pairs, grouped by key(row)."""
     out: dict[str, list[float]] = {}
-    for (r, _), e in zip(results, errors):
-        if r.modelled:
-            out.setdefault(key(r), []).append(abs(e))
+    for r, e in scored:
+        out.setdefault(key(r), []).append(e)
     return out
 
 
@@ -380,10 +380,9 @@ def measured_here(results: list) -> list[str]:
     for m in here:
         r, p = preds[m["table"]]
         here_per_s = r.batch / m["step_s"]
-        pred_busy_ms = 1e3 * r.batch / p["pred_per_s"] * p["busy_share"]
         lines.append(f"| {r.table} | {r.published_per_s:.0f} | {here_per_s:.0f} | {p['pred_per_s']:.0f} | "
                      f"{100 * (p['pred_per_s'] / here_per_s - 1):+.1f} | {100 * (r.published_per_s / here_per_s - 1):+.1f} "
-                     f"| {1e3 * m['device_busy_s']:.1f} | {pred_busy_ms:.1f} |")
+                     f"| {1e3 * m['device_busy_s']:.1f} | {1e3 * p['estimate'].device_time_s:.1f} |")
     return lines + [""] + _per_op_lines(results)
 
 
@@ -393,14 +392,14 @@ PER_OP_SHOWN = 6   # ops per step, by measured device time
 
 
 def _per_op_lines(results: list) -> list[str]:
-    """Markdown: per step of MEASURED_HERE_PER_OP, its largest ops' measured and predicted device time,
-    aligned as the accuracy report aligns validation steps (gpuest.evaluate.accuracy.align_per_op)."""
+    """Markdown: per step of MEASURED_HERE_PER_OP, its largest ops' measured and predicted device time (the
+    Estimate `predict` made), aligned as the accuracy report aligns validation steps
+    (gpuest.evaluate.accuracy.align_per_op)."""
     if not MEASURED_HERE_PER_OP.exists():
         return []
-    import gpuest
     from gpuest.evaluate.accuracy import align_per_op, ops_as_profiled
     from gpuest.jsonl import read_jsonl
-    rows = {r.table: r for r, _ in results}
+    preds = {r.table: (r, p) for r, p in results}
     lines = ["Per op (the probe's `--per-op` call, `" + str(MEASURED_HERE_PER_OP.relative_to(REPO)) + "`): each "
              f"step's {PER_OP_SHOWN} largest ops by measured device time, matched to the traced nodes as "
              "docs/ACCURACY.md matches validation steps; *matched* is the share of the step's device-busy time "
@@ -409,11 +408,10 @@ def _per_op_lines(results: list) -> list[str]:
              "| step | op | calls | measured ms | predicted ms | error % |",
              "|---|---|---:|---:|---:|---:|"]
     for m in read_jsonl(MEASURED_HERE_PER_OP):
-        row = rows.get(m.get("table"))
-        if row is None or "per_op" not in m:
+        if m.get("table") not in preds or "per_op" not in m:
             continue
-        est = gpuest.estimate(trace_row(row), row.gpu)
-        aligned = align_per_op(m["per_op"], ops_as_profiled(est.per_node))
+        row, p = preds[m["table"]]
+        aligned = align_per_op(m["per_op"], ops_as_profiled(p["estimate"].per_node))
         lines.append(f"| {row.table} | all matched ({aligned['coverage_pct']:.0f} % matched) | {aligned['n_matched']} | "
                      f"{aligned['matched_measured_us'] / 1e3:.1f} | {aligned['matched_predicted_us'] / 1e3:.1f} | "
                      f"{aligned['matched_sum_error_pct']:+.1f} |")
@@ -427,7 +425,8 @@ def report(rows: tuple[PublishedRow, ...] = ROWS) -> str:
     """Markdown: per row the published and predicted throughput and the error; MAPE over modelled rows."""
     results = [(r, predict(r)) for r in rows]
     errors = [100.0 * (p["pred_per_s"] / r.published_per_s - 1.0) for r, p in results]
-    scored = [abs(e) for (r, _), e in zip(results, errors) if r.modelled]
+    scored_rows = [(r, abs(e)) for (r, _), e in zip(results, errors) if r.modelled]
+    scored = [e for _, e in scored_rows]
     within = sum(e <= AIM_PCT for e in scored)
     chip = [(abs(100.0 * (p["same_chip_per_s"] / r.published_per_s - 1.0)), abs(e))
             for (r, p), e in zip(results, errors) if r.modelled and "same_chip_per_s" in p]
@@ -448,11 +447,10 @@ def report(rows: tuple[PublishedRow, ...] = ROWS) -> str:
         f"* modelled rows (training, and inference at batch >= {MIN_MODELLED_INFERENCE_BATCH}): {len(scored)}; "
         f"mean |error| {statistics.fmean(scored):.1f} %, median {statistics.median(scored):.1f} %, "
         f"{within} of {len(scored)} within the {AIM_PCT:.0f} % aim" if scored else "* no modelled rows",
-        *(_summary(f"source {SOURCES[src][0]}", errs) for src, errs in _by_key(results, errors, lambda r: r.source).items()),
-        *(_summary(model, errs) for model, errs in _by_key(results, errors, lambda r: r.model).items()),
-        *(_summary(f"{gpu} ({SOURCES['lambda'][0]})", errs) for gpu, errs in
-          _by_key([x for x in results if x[0].source == "lambda"],
-                  [e for (r, _), e in zip(results, errors) if r.source == "lambda"], lambda r: r.gpu).items()),
+        *(_summary(f"source {SOURCES[src]}", errs) for src, errs in _by_key(scored_rows, lambda r: r.source).items()),
+        *(_summary(model, errs) for model, errs in _by_key(scored_rows, lambda r: r.model).items()),
+        *(_summary(f"{gpu} ({SOURCES['lambda']})", errs) for gpu, errs in
+          _by_key([(r, e) for r, e in scored_rows if r.source == "lambda"], lambda r: r.gpu).items()),
         f"* the {len(chip)} modelled rows of GPUs without a profile of their own, priced instead with the shipped "
         f"profile of another board with the same chip (V100-PCIe-32GB for the V100-SXM2 boards, A100-PCIe-40GB for "
         f"the A100-SXM4 and the A100-PCIe-80GB): mean |error| {statistics.fmean(c for c, _ in chip):.1f} % against "

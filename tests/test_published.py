@@ -5,6 +5,7 @@ import importlib.util
 import json
 import sys
 from dataclasses import replace
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -70,11 +71,12 @@ def test_measured_here_splits_the_gap_between_pricing_and_the_sources_software(t
     monkeypatch.setattr(published, "MEASURED_HERE", path)
     monkeypatch.setattr(published, "MEASURED_HERE_PER_OP", tmp_path / "no-per-op.jsonl")
     monkeypatch.setattr(published, "REPO", tmp_path)
-    lines = published.measured_here([(row, {"pred_per_s": 1100.0, "busy_share": 0.5})])
+    estimate = SimpleNamespace(device_time_s=0.2)
+    lines = published.measured_here([(row, {"pred_per_s": 1100.0, "busy_share": 0.5, "estimate": estimate})])
     cells = [c.strip() for c in next(l for l in lines if l.startswith(f"| {row.table} |")).strip("|").split("|")]
     assert cells[2] == "1000" and cells[3] == "1100" and float(cells[4]) == pytest.approx(10.0)
     assert float(cells[5]) == pytest.approx(100.0 * (row.published_per_s / 1000.0 - 1.0), abs=0.06)
-    assert float(cells[6]) == pytest.approx(250.0)
+    assert float(cells[6]) == pytest.approx(250.0) and float(cells[7]) == pytest.approx(200.0)
     monkeypatch.setattr(published, "MEASURED_HERE", tmp_path / "absent.jsonl")
     assert published.measured_here([(row, {"pred_per_s": 1.0, "busy_share": 1.0})]) == []
 
@@ -83,7 +85,8 @@ def test_per_op_lines_compare_each_measured_op_with_its_traced_node(tmp_path, mo
     import gpuest
     from gpuest.evaluate.accuracy import _norm_pred, ops_as_profiled
     row = replace(published.ROWS[0], model="resnet18", batch=2, table="a step")
-    ops = ops_as_profiled(gpuest.estimate(published.trace_row(row), row.gpu).per_node)
+    estimate = gpuest.estimate(published.trace_row(row), row.gpu)
+    ops = ops_as_profiled(estimate.per_node)
     # a measurement where every op took twice its predicted time
     measured = {"ops": [[f"aten::{_norm_pred(op)}", 2e6 * t, []] for op, t in ops],
                 "iteration_device_busy_us": sum(2e6 * t for _, t in ops)}
@@ -91,7 +94,7 @@ def test_per_op_lines_compare_each_measured_op_with_its_traced_node(tmp_path, mo
     path.write_text(json.dumps({"table": "a step", "per_op": measured}) + "\n")
     monkeypatch.setattr(published, "MEASURED_HERE_PER_OP", path)
     monkeypatch.setattr(published, "REPO", tmp_path)
-    lines = published._per_op_lines([(row, None)])
+    lines = published._per_op_lines([(row, {"estimate": estimate})])
     total = [c.strip() for c in next(l for l in lines if l.startswith("| a step |")).strip("|").split("|")]
     assert total[1].startswith("all matched (100 %") and float(total[5]) == pytest.approx(-50.0, abs=0.1)
     per_op = [l for l in lines if l.startswith("| | ")]
