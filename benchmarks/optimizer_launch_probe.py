@@ -37,8 +37,8 @@ def study_rows() -> list[published.PublishedRow]:
 
 
 def report(paths: list[str], gpu: str = "H100-SXM") -> str:
-    """Markdown: each step's measured wall time (ms; median and range over the runs in `paths`) and device-busy
-    time against gpuest's prediction on `gpu`."""
+    """Markdown: each step's measured wall and device-busy time (ms; median and range over the runs in `paths`)
+    against gpuest's prediction on `gpu`."""
     import statistics
     import gpuest
     from gpuest.jsonl import read_jsonl
@@ -47,19 +47,20 @@ def report(paths: list[str], gpu: str = "H100-SXM") -> str:
         for m in read_jsonl(path):
             measured.setdefault(m["table"], []).append(m)
     lines = [f"| step | runs | measured wall ms: median (range) | predicted wall ms | error vs median % "
-             "| measured busy ms | predicted busy ms |",
+             "| measured busy ms: median (range) | predicted busy ms |",
              "|---|---:|---|---:|---:|---:|---:|"]
     for row in study_rows():
         runs = measured.get(row.table)
         if not runs:
             continue
         walls = [1e3 * m["step_s"] for m in runs]
+        busy = [1e3 * m["device_busy_s"] for m in runs]
         med = statistics.median(walls)
         est = gpuest.estimate(published.trace_row(row), gpu)
         lines.append(f"| {row.table.removeprefix('optimizer study ')} | {len(walls)} | {med:.1f} "
                      f"({min(walls):.1f}-{max(walls):.1f}) | {1e3 * est.time_s:.1f} | "
                      f"{100 * (1e3 * est.time_s / med - 1):+.1f} | "
-                     f"{statistics.median(1e3 * m['device_busy_s'] for m in runs):.1f} | {1e3 * est.device_time_s:.1f} |")
+                     f"{statistics.median(busy):.1f} ({min(busy):.2f}-{max(busy):.2f}) | {1e3 * est.device_time_s:.1f} |")
     return "\n".join(lines)
 
 

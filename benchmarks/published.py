@@ -448,7 +448,7 @@ def report(rows: tuple[PublishedRow, ...] = ROWS) -> str:
         f"mean |error| {statistics.fmean(scored):.1f} %, median {statistics.median(scored):.1f} %, "
         f"{within} of {len(scored)} within the {AIM_PCT:.0f} % aim" if scored else "* no modelled rows",
         *(_summary(f"source {SOURCES[src]}", errs) for src, errs in _by_key(scored_rows, lambda r: r.source).items()),
-        *(_summary(model, errs) for model, errs in _by_key(scored_rows, lambda r: r.model).items()),
+        *(_summary(name, errs) for name, errs in _by_key(scored_rows, lambda r: f"{SOURCES[r.source]}: {r.model}").items()),
         *(_summary(f"{gpu} ({SOURCES['lambda']})", errs) for gpu, errs in
           _by_key([(r, e) for r, e in scored_rows if r.source == "lambda"], lambda r: r.gpu).items()),
         f"* the {len(chip)} modelled rows of GPUs without a profile of their own, priced instead with the shipped "
