@@ -1024,6 +1024,26 @@ def misaligned_gemm_peak_shares() -> str:
                         for (kind, mode, align), v in sorted(shares.items())))
 
 
+def linear_pass_layouts() -> str:
+    """From the misaligned-GEMM probe's aligned widths (4095-16384 tokens, H100 and H200 pooled): a linear
+    layer's forward (x @ w.t() with its bias, both operands K-major) and weight gradient (g.t() @ x, both
+    operands strided along K) over its data gradient (g @ w, one: the layout the suite times mm and bmm in),
+    all three of the same FLOPs, time per FLOP, per math mode: GEMM_LAYOUT_TIME (gpuest/price/features.py)
+    holds the tf32 medians."""
+    ratios: dict[tuple[str, str], list[float]] = {}
+    for gpu in GPUS:
+        rows = [r for r in _kernel_records(f"{gpu}-misaligned-gemms") if r["tokens"] >= 4095]
+        data_grad = {(r["mode"], r["tokens"], r["in"], r["out_aligned"]): r["aligned_us"]
+                     for r in rows if r["pass"] == "data_grad"}
+        for r in rows:
+            if r["pass"] != "data_grad":
+                ratios.setdefault((r["mode"], r["pass"]), []).append(
+                    r["aligned_us"] / data_grad[r["mode"], r["tokens"], r["in"], r["out_aligned"]])
+    return ("linear layers' passes over the data gradient's time, aligned widths, 4095-16384 tokens, H100 and H200: "
+            + "; ".join(f"{mode} {p} {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f}, n={len(v)})"
+                        for (mode, p), v in sorted(ratios.items())))
+
+
 def main() -> None:
     for gpu in GPUS:
         rows = _rows(gpu)
@@ -1069,6 +1089,7 @@ def main() -> None:
     print(l2_warm_copy_savings("H200"))
     for gpu in GPUS:
         print(misaligned_gemms(gpu))
+    print(linear_pass_layouts())
 
 
 if __name__ == "__main__":

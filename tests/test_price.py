@@ -972,6 +972,29 @@ def test_an_odd_token_count_leaves_every_row_aligned():
     assert _matmul_node(WeightGrad(), (4095, 3072), (4095, 768))["gemm_row_bytes"] == 16
 
 
+class DataGrad(torch.nn.Module):
+    """A linear layer's data gradient, g @ w: the weight is read N-major."""
+    def forward(self, g, w):
+        return g @ w
+
+
+class BatchedWeightGrad(torch.nn.Module):
+    """A batched product in the weight gradient's layout, a^T @ b: both operands read with K strided."""
+    def forward(self, a, b):
+        return torch.bmm(a.transpose(1, 2), b)
+
+
+def test_a_matmul_records_how_many_operands_are_not_k_major():
+    """The forward x @ w.t() reads both operands along K, the data gradient g @ w one, the weight gradient
+    g.t() @ x none, and so does its batched form; a vector operand counts as K-major."""
+    assert _matmul_node(Linear(), (4096, 768), (3072, 768))["gemm_mn_major"] == 0
+    assert _matmul_node(DataGrad(), (4096, 3072), (3072, 768))["gemm_mn_major"] == 1
+    assert _matmul_node(WeightGrad(), (4096, 3072), (4096, 768))["gemm_mn_major"] == 2
+    assert _matmul_node(WeightGrad(), (4096, 1), (4096, 768))["gemm_mn_major"] == 1
+    g = graph_of(BatchedWeightGrad(), (8, 64, 128), (8, 64, 32))
+    assert next(d for _, d in g.nodes(data=True) if d["op"] == "aten.bmm.default")["gemm_mn_major"] == 2
+
+
 class BiasedLinear(torch.nn.Module):
     """nn.Linear with a bias: addmm adding the bias vector in its epilogue."""
     def forward(self, x, w, b):
@@ -1004,6 +1027,40 @@ def test_a_tensor_core_matmul_with_misaligned_rows_is_held_to_its_share_of_the_p
     (_, t_small), (_, t_full) = _times_of([small]), _times_of([full])
     assert (t_small.compute_s[0] / small["flops"]) / (t_full.compute_s[0] / full["flops"]) == pytest.approx(
         sms / 64, rel=0.05)
+
+
+def _tf32_matmul_node(module, *shapes):
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        return _matmul_node(module, *shapes, dtype=torch.float32)
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+@pytest.mark.parametrize("m, n", [(1536, 1408), (768, 3072)])
+def test_a_tf32_matmul_on_hopper_is_priced_by_its_operand_layout(m, n):
+    """Hopper reads tf32 operands K-major only: on the H100 a weight gradient g.t() @ x (both operands
+    strided along K) takes GEMM_LAYOUT_TIME of the data-gradient layout's time per FLOP on the same shape,
+    x @ w.t() (none) its own share, whether the tiles fill their last wave or not. 16-bit GEMMs and other
+    architectures keep one price for every layout."""
+    from gpuest.price.features import GEMM_LAYOUT_TIME
+    k = 16384
+    layouts = {0: (Linear(), (m, k), (n, k)), 1: (DataGrad(), (m, k), (k, n)), 2: (WeightGrad(), (k, m), (k, n))}
+    nodes = {count: _tf32_matmul_node(module, *shapes) for count, (module, *shapes) in layouts.items()}
+    assert {count: (node["gemm_mn_major"], node["math_mode"]) for count, node in nodes.items()} == {
+        count: (count, "tf32") for count in layouts}
+
+    def per_flop(node, gpu="H100"):
+        return _times_of([node], gpu)[1].compute_s[0] / node["flops"]
+    time_ratio = GEMM_LAYOUT_TIME["hopper"]["tf32"]
+    assert per_flop(nodes[2]) / per_flop(nodes[1]) == pytest.approx(time_ratio[2])
+    assert per_flop(nodes[0]) / per_flop(nodes[1]) == pytest.approx(time_ratio[0])
+    assert time_ratio[0] < 1.0 < time_ratio[2]
+    assert per_flop(nodes[2], "A100-SXM4-80GB") == pytest.approx(per_flop(nodes[1], "A100-SXM4-80GB"))
+    bf16 = [_matmul_node(module, *shapes) for module, *shapes in layouts.values()]
+    assert [node["gemm_mn_major"] for node in bf16] == [0, 1, 2]
+    assert len({round(per_flop(node) / 1e-18, 6) for node in bf16}) == 1
 
 
 def test_only_a_tensor_core_matmul_is_flagged_misaligned_by_its_rows():

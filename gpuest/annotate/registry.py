@@ -62,6 +62,9 @@ class Cost:
         kernels, slower than plain ones on rows of 2 bytes' alignment).
     gemm_m_max: for a grouped GEMM (mixture-of-experts experts), the rows of its largest group (the
         hottest expert's tokens), where gemm_mnk holds the mean group; 0 for any other op.
+    gemm_mn_major: for a matmul, how many of its two operands are stored with the reduction dimension K not
+        the contiguous one (formulas.gemm.mn_major_operands): a linear layer's forward x @ w.t() has none, its
+        data gradient g @ w one, its weight gradient g.t() @ x two. 0 for any other op.
     row_count / row_len: for row-wise ops (norms, softmax, reductions) the independent rows a kernel reduces
         and the elements in each; 0 otherwise. How a row-wise kernel spreads over the GPU (and how much
         fixed work each row costs) depends on these, not on the total bytes alone.
@@ -156,6 +159,7 @@ class Cost:
     gemm_row_bytes: int = ROW_VECTOR_BYTES
     gemm_bias: bool = False
     gemm_m_max: int = 0
+    gemm_mn_major: int = 0
     row_count: int = 0
     row_len: int = 0
     row_segment: int = 0

@@ -21,7 +21,7 @@ from ..catalog import GPUSpec, get_gpu
 from ..errors import UnknownGPUError
 from ..profile import Profile, ResidualFit, mode_key, op_keys, seconds_or_prior
 from .features import (ALIGN_ELEMENTS, GEMM_TILE, RESIDUAL_FEATURES, FeatureInputs,  # noqa: F401 (re-exported)
-                       channel_wave_factor, misaligned_peak_share,
+                       channel_wave_factor, layout_time_factor, misaligned_peak_share,
                        residual_features)
 from .local_correction import local_corrections
 from ..annotate.formulas.pool import INTERPOLATE_BLOCK_THREADS
@@ -515,7 +515,8 @@ def device_times(table: NodeTable, gpu: GPUSpec, clock_mhz: float | np.ndarray, 
     here, notes = roofline_on(table, gpu)
     mode, work, memory, launches, dram_s, x = here.mode, here.work, here.memory_s, here.launches, here.dram_s, here.x
     peak = here.peak_ref * (np.asarray(clock_mhz, dtype=float) / gpu.peak_tflops_clock_mhz)
-    compute = work / peak
+    # An operand layout other than its fit's rows' scales the GEMM it knows (features.layout_time_factor).
+    compute = work / peak * layout_time_factor(table, gpu, mode)
     walk = walk_floor_s(table, gpu)
     # The learned part corrects the bandwidth-or-compute roofline; a serial walk, measured directly, floors it.
     roof_bw = np.maximum(compute, memory)

@@ -65,6 +65,16 @@ MISALIGNED_GEMM_PEAK_SHARE = {
     "bias": {"bf16": {2: 0.088, 4: 0.240, 8: 0.238}, "fp16": {2: 0.086, 4: 0.242, 8: 0.238},
              "tf32": {4: 0.250, 8: 0.258}}}
 MISALIGNED_GEMM_MODES = sorted({mode for by_mode in MISALIGNED_GEMM_PEAK_SHARE.values() for mode in by_mode})
+# Hopper's wgmma reads 32-bit (tf32) operands from shared memory K-major only, so a tf32 matmul's kernels
+# depend on how many of its operands are stored with K not contiguous (Cost.gemm_mn_major). Its time over that
+# of one such operand (the data-gradient layout g @ w, in which the suite times every mm and bmm), by
+# architecture, mode and count: none (x @ w.t()) 0.89, two (a weight gradient g.t() @ x) 1.31. Medians over
+# linear layers of 4095-16384 tokens, whose tiles fill their waves, on the H100 and the H200, as printed by
+# python3 benchmarks/kernel_facts.py ("linear layers' passes"); bf16's and fp32's layouts differ by under 5 %
+# without a bias, and no other architecture is measured.
+GEMM_LAYOUT_TIME = {"hopper": {"tf32": {0: 0.89, 2: 1.31}}}
+# The fits (Cost.variant-qualified ops) whose suite rows have gemm_mn_major 1; tiny-inner GEMMs fit apart.
+LAYOUT_TIMED_OPS = frozenset({"aten.mm.default", "aten.bmm.default"})
 # Scale of the fixed cost every kernel pays beyond latency (prologue, tail, partial last wave): the
 # log_overhead feature is log(1 + OVERHEAD_SCALE_S / roofline), ~0 for long kernels.
 OVERHEAD_SCALE_S = 1e-6
@@ -283,9 +293,26 @@ def misaligned_peak_share(table: "NodeTable", gpu: GPUSpec, mode: np.ndarray) ->
         for m, by_bytes in by_mode.items():
             for row_bytes, s in by_bytes.items():
                 share[of_kind & (mode == m) & (table.gemm_row_bytes == row_bytes)] = s
+    return np.where(share < 1.0, share * wave_busy_share(table, gpu), share)
+
+
+def wave_busy_share(table: "NodeTable", gpu: GPUSpec) -> np.ndarray:
+    """The share of SMs each GEMM-shaped node's waves of output tiles keep busy (gemm_tiles)."""
     tiles = gemm_tiles(table, gpu)
-    busy = tiles / (np.ceil(tiles / gpu.sm_count) * gpu.sm_count)
-    return np.where(share < 1.0, share * busy, share)
+    return tiles / (np.ceil(tiles / gpu.sm_count) * gpu.sm_count)
+
+
+def layout_time_factor(table: "NodeTable", gpu: GPUSpec, mode: np.ndarray) -> np.ndarray:
+    """Per node, its compute time over that of the same GEMM in the operand layout its fit's suite rows ran
+    in (GEMM_LAYOUT_TIME, on the architectures measured), 1 elsewhere. A multiplier beside the features: the
+    fit corrects the GEMM it knows (its wave fill included), and a profile moved to another GPU reads its
+    features unchanged."""
+    factor = np.ones(len(table.op))
+    timed_layout = (table.category == "matmul") & np.isin(table.fit_op, list(LAYOUT_TIMED_OPS))
+    for m, by_count in GEMM_LAYOUT_TIME.get(gpu.architecture, {}).items():
+        for count, time_ratio in by_count.items():
+            factor[timed_layout & (mode == m) & (table.gemm_mn_major == count)] = time_ratio
+    return factor
 
 
 @feature("misaligned")

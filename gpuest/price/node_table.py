@@ -38,6 +38,7 @@ class NodeTable:
     gemm: np.ndarray          # (n, 4): M, N, K, batch
     gemm_row_bytes: np.ndarray  # a matmul's row alignment in bytes, up to 16 (Cost.gemm_row_bytes); 16 otherwise
     gemm_bias: np.ndarray     # bool: the GEMM adds a bias vector in its epilogue (Cost.gemm_bias)
+    gemm_mn_major: np.ndarray # a matmul's operands stored with K not contiguous, 0-2 (Cost.gemm_mn_major)
     rowwise: np.ndarray       # (n, 2): independent rows, elements per row (row-wise ops; else 0)
     row_segment: np.ndarray   # elements per contiguous run of a row made of strided runs; 0 if contiguous
     kept_run: np.ndarray      # kept elements between two reduced ones of a column-style reduction; 0 otherwise

@@ -40,6 +40,24 @@ def _row_strides(t: torch.Tensor) -> list[int]:
     return lead + [s for n, s in zip(batch, batch_stride) if n > 1 and s != 0]
 
 
+def _k_contiguous(t: Any, k_dim: int) -> bool:
+    """Whether matrix `t` (its last two dimensions) is handed to cuBLAS with its dimension `k_dim` (0 or 1 of
+    those two) contiguous: a vector either way; a matrix with neither dimension contiguous is first copied
+    row-major by ATen."""
+    sizes, strides = tuple(t.shape[-2:]), tuple(t.stride()[-2:])
+    other = 1 - k_dim
+    if sizes[0] == 1 or sizes[1] == 1 or strides[k_dim] == 1:
+        return True
+    return strides[other] != 1 and k_dim == 1
+
+
+def mn_major_operands(a: Any, b: Any) -> int:
+    """How many of a GEMM's operands, A (.. x M x K) and B (.. x K x N), are stored with K not contiguous
+    (Cost.gemm_mn_major); operands that are not matrices count as K-major."""
+    return sum(isinstance(t, torch.Tensor) and t.dim() >= 2 and not _k_contiguous(t, k_dim)
+               for t, k_dim in ((a, 1), (b, 0)))
+
+
 def row_alignment_bytes(*matrices: Any) -> int:
     """The largest power of two up to ROW_VECTOR_BYTES dividing every row and batch stride, in bytes, of the
     tensors among `matrices` (a GEMM's operands and output; Cost.gemm_row_bytes)."""

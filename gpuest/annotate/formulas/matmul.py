@@ -8,7 +8,7 @@ import torch
 
 from ..registry import (REGISTRY, TINY_INNER_VARIANT, Cost, OpCall, iter_ops, register_cost, shape_of, tensor_bytes,
                         tensors)
-from .gemm import row_alignment_bytes, torch_flops, with_gemm
+from .gemm import mn_major_operands, row_alignment_bytes, torch_flops, with_gemm
 
 aten = torch.ops.aten
 
@@ -23,9 +23,10 @@ TINY_INNER = 32
 
 def _gemm(call: OpCall, a: str, b: str, mnk: tuple[int, int, int], batch: int = 1) -> Cost:
     """A matmul-category Cost of `batch` GEMMs of shape `mnk` multiplying arguments `a` and `b`, with the row
-    alignment of its operands and output."""
+    alignment of its operands and output, and how many operands are stored with K not contiguous."""
     return replace(with_gemm(call, "matmul", torch_flops(call), mnk, batch),
-                   gemm_row_bytes=row_alignment_bytes(call.arg(a), call.arg(b), *tensors(call.out)))
+                   gemm_row_bytes=row_alignment_bytes(call.arg(a), call.arg(b), *tensors(call.out)),
+                   gemm_mn_major=mn_major_operands(call.arg(a), call.arg(b)))
 
 
 def _matmul(call: OpCall, a: str, b: str, mnk: tuple[int, int, int], batch: int = 1) -> Cost:
