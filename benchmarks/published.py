@@ -116,18 +116,19 @@ stand out. The GeForce RTX 3090 and RTX 4090 are predicted 25-43 % too slow: the
 the tensor cores half rate with FP32 accumulation (NVIDIA's GA102 and Ada whitepapers), so TF32 and AMP
 convolutions are priced against half the professional boards' peak, yet the published RTX 3090 matches the
 RTX A6000 (the same GA102 at full rate) within 2 % in both precisions: that halved peak does not bound these
-convolutions. BERT SQuAD fine-tuning is predicted faster than published almost everywhere: by 2-21 % on the
-calibrated H100-SXM (2-14 % against the 2024 rows, whose newer software runs 2-8 % faster than the 2023
+convolutions. BERT SQuAD fine-tuning is predicted faster than published almost everywhere: by 2-17 % on the
+calibrated H100-SXM (2-10 % against the 2024 rows, whose newer software runs 2-8 % faster than the 2023
 row), by up to 41 % on the A100-PCIe-40GB, whose profile is the public FP32 one, and by 28-52 % on the RTX
 6000 Ada, a 300 W board of 142 SMs at 2.5 GHz that the transferred power model never caps (the gap
 docs/CROSS_GPU.md shows for the T4 and P4). Part of the BERT gap is the figure's counting: the source divides
 100 iterations' samples by the wall time of 101 (the first, slow one included), 3-5 % under steady state
 by its logs, and BertAdam's per-parameter gradient clipping is not priced. Most of it is the software: the
 six H100-SXM steps, run here as they are traced with PyTorch 2.11 (section above), leave the published figures
-7-23 % below them, and gpuest's predictions lie within 3.3 % of those runs for the TF32 rows and 8-11 % under them
+7-23 % below them, and gpuest's predictions lie within 3.9 % of those runs for the TF32 rows and 8-11 % under them
 (too slow) for the fp16 ones. Per op (the table under that section) the step totals hide offsetting errors:
-the TF32 `mm` calls (BERT's backward GEMMs) are priced 22-28 % fast, the fp16 GEMMs 11-13 % slow, and the
-ResNet-50 convolution backward 16-21 % slow in both precisions."""
+the TF32 `mm` calls (BERT's backward GEMMs) are priced 11-16 % fast (22-28 % before their weight gradients'
+operand layout was priced, docs/DESIGN.md), the fp16 GEMMs 11-13 % slow, and the ResNet-50 convolution
+backward 16-21 % slow in both precisions."""
 
 
 def _dle(table: str, gpu: str, mode: str, precision: str, batch: int, img_s: float, model: str = "resnet50",
