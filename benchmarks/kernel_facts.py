@@ -1024,24 +1024,28 @@ def misaligned_gemm_peak_shares() -> str:
                         for (kind, mode, align), v in sorted(shares.items())))
 
 
-def linear_pass_layouts() -> str:
-    """From the misaligned-GEMM probe's aligned widths (4095-16384 tokens, H100 and H200 pooled): a linear
-    layer's forward (x @ w.t() with its bias, both operands K-major) and weight gradient (g.t() @ x, both
-    operands strided along K) over its data gradient (g @ w, one: the layout the suite times mm and bmm in),
-    all three of the same FLOPs, time per FLOP, per math mode: GEMM_LAYOUT_TIME (gpuest/price/features.py)
-    holds the tf32 medians."""
-    ratios: dict[tuple[str, str], list[float]] = {}
-    for gpu in GPUS:
-        rows = [r for r in _kernel_records(f"{gpu}-misaligned-gemms") if r["tokens"] >= 4095]
-        data_grad = {(r["mode"], r["tokens"], r["in"], r["out_aligned"]): r["aligned_us"]
-                     for r in rows if r["pass"] == "data_grad"}
-        for r in rows:
-            if r["pass"] != "data_grad":
-                ratios.setdefault((r["mode"], r["pass"]), []).append(
-                    r["aligned_us"] / data_grad[r["mode"], r["tokens"], r["in"], r["out_aligned"]])
-    return ("linear layers' passes over the data gradient's time, aligned widths, 4095-16384 tokens, H100 and H200: "
-            + "; ".join(f"{mode} {p} {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f}, n={len(v)})"
-                        for (mode, p), v in sorted(ratios.items())))
+def gemm_layouts(gpu: str) -> str:
+    """The GEMM layout probe (data/kernels/<gpu>-gemm-layouts.jsonl, benchmarks/gemm_layout_probe.py): per math
+    mode and operand layout, the time over that of the data-gradient layout (one operand, B, N-major: the
+    layout the suite times every mm and bmm in) on the same (M, N, K), median and range; listed by the output
+    tiles' fill of their last wave (tiles / (waves x SMs), 128-wide tiles), since a kernel without
+    stream-K scheduling loses the idle SMs of a partial last wave."""
+    from gpuest.catalog import get_gpu
+    path = REPO / "data" / "kernels" / f"{gpu}-gemm-layouts.jsonl"
+    if not path.exists():
+        return f"{gpu} GEMM layouts: not measured"
+    sms = get_gpu(gpu).sm_count
+    rows = _kernel_records(f"{gpu}-gemm-layouts")
+    base = {(r["mode"], r["m"], r["n"], r["k"]): r["us"] for r in rows if r["layout"] == "data_grad"}
+    ratios: dict[tuple[str, str, str], list[float]] = {}
+    for r in rows:
+        tiles = math.ceil(r["m"] / 128) * math.ceil(r["n"] / 128)
+        fill = tiles / (math.ceil(tiles / sms) * sms)
+        band = "fill >= 0.9" if fill >= 0.9 else f"fill {fill:.2f}"
+        ratios.setdefault((r["mode"], r["layout"], band), []).append(r["us"] / base[r["mode"], r["m"], r["n"], r["k"]])
+    return (f"{gpu} GEMM layouts, time over the data-gradient layout's: "
+            + "; ".join(f"{mode} {layout} {band} {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f}, n={len(v)})"
+                        for (mode, layout, band), v in sorted(ratios.items()) if layout != "data_grad"))
 
 
 def main() -> None:
@@ -1089,7 +1093,8 @@ def main() -> None:
     print(l2_warm_copy_savings("H200"))
     for gpu in GPUS:
         print(misaligned_gemms(gpu))
-    print(linear_pass_layouts())
+    for gpu in GPUS:
+        print(gemm_layouts(gpu))
 
 
 if __name__ == "__main__":

@@ -124,9 +124,9 @@ docs/CROSS_GPU.md shows for the T4 and P4). Part of the BERT gap is the figure's
 100 iterations' samples by the wall time of 101 (the first, slow one included), 3-5 % under steady state
 by its logs, and BertAdam's per-parameter gradient clipping is not priced. Most of it is the software: the
 six H100-SXM steps, run here as they are traced with PyTorch 2.11 (section above), leave the published figures
-7-23 % below them, and gpuest's predictions lie within 3.9 % of those runs for the TF32 rows and 8-11 % under them
+7-23 % below them, and gpuest's predictions lie within 5.6 % of those runs for the TF32 rows and 8-11 % under them
 (too slow) for the fp16 ones. Per op (the table under that section) the step totals hide offsetting errors:
-the TF32 `mm` calls (BERT's backward GEMMs) are priced 11-16 % fast (22-28 % before their weight gradients'
+the TF32 `mm` calls (BERT's backward GEMMs) are priced 4-9 % fast (22-28 % before their weight gradients'
 operand layout was priced, docs/DESIGN.md), the fp16 GEMMs 11-13 % slow, and the ResNet-50 convolution
 backward 16-21 % slow in both precisions."""
 

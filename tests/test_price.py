@@ -1042,8 +1042,8 @@ def _tf32_matmul_node(module, *shapes):
 def test_a_tf32_matmul_on_hopper_is_priced_by_its_operand_layout(m, n):
     """Hopper reads tf32 operands K-major only: on the H100 a weight gradient g.t() @ x (both operands
     strided along K) takes GEMM_LAYOUT_TIME of the data-gradient layout's time per FLOP on the same shape,
-    x @ w.t() (none) its own share, whether the tiles fill their last wave or not. 16-bit GEMMs and other
-    architectures keep one price for every layout."""
+    whether the tiles fill their last wave or not, and x @ w.t() (none) the same time as the data gradient,
+    as the probe measured. 16-bit GEMMs and other architectures keep one price for every layout."""
     from gpuest.price.features import GEMM_LAYOUT_TIME
     k = 16384
     layouts = {0: (Linear(), (m, k), (n, k)), 1: (DataGrad(), (m, k), (k, n)), 2: (WeightGrad(), (k, m), (k, n))}
@@ -1055,8 +1055,8 @@ def test_a_tf32_matmul_on_hopper_is_priced_by_its_operand_layout(m, n):
         return _times_of([node], gpu)[1].compute_s[0] / node["flops"]
     time_ratio = GEMM_LAYOUT_TIME["hopper"]["tf32"]
     assert per_flop(nodes[2]) / per_flop(nodes[1]) == pytest.approx(time_ratio[2])
-    assert per_flop(nodes[0]) / per_flop(nodes[1]) == pytest.approx(time_ratio[0])
-    assert time_ratio[0] < 1.0 < time_ratio[2]
+    assert per_flop(nodes[0]) == pytest.approx(per_flop(nodes[1]))
+    assert time_ratio[2] > 1.0
     assert per_flop(nodes[2], "A100-SXM4-80GB") == pytest.approx(per_flop(nodes[1], "A100-SXM4-80GB"))
     bf16 = [_matmul_node(module, *shapes) for module, *shapes in layouts.values()]
     assert [node["gemm_mn_major"] for node in bf16] == [0, 1, 2]

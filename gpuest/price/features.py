@@ -67,12 +67,12 @@ MISALIGNED_GEMM_PEAK_SHARE = {
 MISALIGNED_GEMM_MODES = sorted({mode for by_mode in MISALIGNED_GEMM_PEAK_SHARE.values() for mode in by_mode})
 # Hopper's wgmma reads 32-bit (tf32) operands from shared memory K-major only, so a tf32 matmul's kernels
 # depend on how many of its operands are stored with K not contiguous (Cost.gemm_mn_major). Its time over that
-# of one such operand (the data-gradient layout g @ w, in which the suite times every mm and bmm), by
-# architecture, mode and count: none (x @ w.t()) 0.89, two (a weight gradient g.t() @ x) 1.31. Medians over
-# linear layers of 4095-16384 tokens, whose tiles fill their waves, on the H100 and the H200, as printed by
-# python3 benchmarks/kernel_facts.py ("linear layers' passes"); bf16's and fp32's layouts differ by under 5 %
-# without a bias, and no other architecture is measured.
-GEMM_LAYOUT_TIME = {"hopper": {"tf32": {0: 0.89, 2: 1.31}}}
+# of the same shape with one such operand (the data-gradient layout g @ w, in which the suite times every mm
+# and bmm), by architecture, mode and count: two (a weight gradient g.t() @ x) 1.50, the median over shapes
+# whose tiles fill their waves (1.45-1.64 over partial waves); none (x @ w.t()) 0.99, so no entry; bf16
+# 1.00 for every layout. Measured on the H100 (data/kernels/H100-SXM-gemm-layouts.jsonl, as printed by
+# python3 benchmarks/kernel_facts.py, "GEMM layouts"); no other architecture is measured.
+GEMM_LAYOUT_TIME = {"hopper": {"tf32": {2: 1.50}}}
 # The fits (Cost.variant-qualified ops) whose suite rows have gemm_mn_major 1; tiny-inner GEMMs fit apart.
 LAYOUT_TIMED_OPS = frozenset({"aten.mm.default", "aten.bmm.default"})
 # Scale of the fixed cost every kernel pays beyond latency (prologue, tail, partial last wave): the
