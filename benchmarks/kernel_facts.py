@@ -1028,9 +1028,10 @@ def gemm_layouts(gpu: str) -> str:
     """The GEMM layout probe (data/kernels/<gpu>-gemm-layouts.jsonl, benchmarks/gemm_layout_probe.py): per math
     mode and operand layout, the time over that of the data-gradient layout (one operand, B, N-major: the
     layout the suite times every mm and bmm in) on the same (M, N, K), median and range; listed by the output
-    tiles' fill of their last wave (tiles / (waves x SMs), 128-wide tiles), since a kernel without
+    tiles' fill of their waves (features.wave_busy_share of GEMM_TILE-wide tiles), since a kernel without
     stream-K scheduling loses the idle SMs of a partial last wave."""
     from gpuest.catalog import get_gpu
+    from gpuest.price.features import GEMM_TILE, wave_busy_share
     path = REPO / "data" / "kernels" / f"{gpu}-gemm-layouts.jsonl"
     if not path.exists():
         return f"{gpu} GEMM layouts: not measured"
@@ -1039,8 +1040,7 @@ def gemm_layouts(gpu: str) -> str:
     base = {(r["mode"], r["m"], r["n"], r["k"]): r["us"] for r in rows if r["layout"] == "data_grad"}
     ratios: dict[tuple[str, str, str], list[float]] = {}
     for r in rows:
-        tiles = math.ceil(r["m"] / 128) * math.ceil(r["n"] / 128)
-        fill = tiles / (math.ceil(tiles / sms) * sms)
+        fill = wave_busy_share(math.ceil(r["m"] / GEMM_TILE) * math.ceil(r["n"] / GEMM_TILE), sms)
         band = "fill >= 0.9" if fill >= 0.9 else f"fill {fill:.2f}"
         ratios.setdefault((r["mode"], r["layout"], band), []).append(r["us"] / base[r["mode"], r["m"], r["n"], r["k"]])
     return (f"{gpu} GEMM layouts, time over the data-gradient layout's: "

@@ -261,8 +261,7 @@ def _log_size(x: FeatureInputs) -> np.ndarray:
 @feature("log_wave_eff")
 def _log_wave_eff(x: FeatureInputs) -> np.ndarray:
     """The share of the last wave of tiles that keeps SMs busy: a partial wave idles the rest."""
-    waves = np.ceil(x.tiles / x.gpu.sm_count)
-    wave_eff = np.where(x.is_gemm, x.tiles / (waves * x.gpu.sm_count), 1.0)
+    wave_eff = np.where(x.is_gemm, wave_busy_share(x.tiles, x.gpu.sm_count), 1.0)
     return np.log(np.clip(wave_eff, 1e-3, 1.0))
 
 
@@ -293,13 +292,12 @@ def misaligned_peak_share(table: "NodeTable", gpu: GPUSpec, mode: np.ndarray) ->
         for m, by_bytes in by_mode.items():
             for row_bytes, s in by_bytes.items():
                 share[of_kind & (mode == m) & (table.gemm_row_bytes == row_bytes)] = s
-    return np.where(share < 1.0, share * wave_busy_share(table, gpu), share)
+    return np.where(share < 1.0, share * wave_busy_share(gemm_tiles(table, gpu), gpu.sm_count), share)
 
 
-def wave_busy_share(table: "NodeTable", gpu: GPUSpec) -> np.ndarray:
-    """The share of SMs each GEMM-shaped node's waves of output tiles keep busy (gemm_tiles)."""
-    tiles = gemm_tiles(table, gpu)
-    return tiles / (np.ceil(tiles / gpu.sm_count) * gpu.sm_count)
+def wave_busy_share(tiles: np.ndarray | float, sm_count: int) -> np.ndarray | float:
+    """The share of `sm_count` SMs that waves of `tiles` output tiles keep busy, averaged over the waves."""
+    return tiles / (np.ceil(tiles / sm_count) * sm_count)
 
 
 def layout_time_factor(table: "NodeTable", gpu: GPUSpec, mode: np.ndarray) -> np.ndarray:
