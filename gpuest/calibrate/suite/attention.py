@@ -20,6 +20,7 @@ def _attention(out: list[Benchmark]) -> None:
                 if si < 6:
                     _sdpa_benchmark(out, mode, shape, causal, True)
     _attention_more(out)
+    _attention_short_sequences(out)
     _attention_learned_bias(out)
 
 
@@ -59,6 +60,16 @@ def _attention_more(out: list[Benchmark]) -> None:
             for backward in (False, True):
                 _sdpa_benchmark(out, "fp32", shape, False, backward)
             _sdpa_benchmark(out, "fp16", shape, True, False)
+
+
+def _attention_short_sequences(out: list[Benchmark]) -> None:
+    """One short sequence in every dtype, causal or not; the backward in bf16 and fp32 (batch-1 training)."""
+    for shape in shape_table("attention", "short_sequence"):
+        for mode in ("bf16", "fp16", "fp32"):
+            for causal in (False, True):
+                _sdpa_benchmark(out, mode, shape, causal, False)
+            if mode != "fp16":
+                _sdpa_benchmark(out, mode, shape, False, True)
 
 
 def _attention_learned_bias(out: list[Benchmark]) -> None:

@@ -34,7 +34,8 @@ def _matmul(out: list[Benchmark]) -> None:
             out.append(Benchmark(f"mm_{mode}_m{m}_n{n}_k{k}", "matmul", {"op": "mm", "dtype": mode, "m": m, "n": n,
                                                                           "k": k}, build,
                                  est_ms=_est(fl, nb, mode), matmul_tf32=mode == "tf32"))
-        for tokens, fin, fout in shape_table("matmul", "linear", "tiny_linear", "misaligned_widths"):
+        for tokens, fin, fout in shape_table("matmul", "linear", "tiny_linear", "misaligned_widths",
+                                                 "short_sequence_linear"):
             fl = 2.0 * tokens * fin * fout
             nb = (tokens * fin + fin * fout + tokens * fout) * dt.itemsize
 
