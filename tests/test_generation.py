@@ -12,6 +12,7 @@ import transformers
 
 import gpuest
 from gpuest.capture.generation import GreedyStep
+from gpuest.capture.trace import routing_decisions
 from gpuest.cli import main
 from gpuest.errors import GenerationError
 from gpuest.price.generation import decode_contexts, price_generation, trace_generation
@@ -94,6 +95,27 @@ def test_real_weights_module_is_accepted():
     est = gpuest.estimate_generation(model, "A100", batch=1, prompt_tokens=8, new_tokens=3)
     assert len(est.decode) == 2 and est.time_s > 0
     assert next(model.parameters()).dtype == torch.float32   # the caller's model is not cast
+
+
+@pytest.mark.parametrize("impl", ["grouped_mm", "eager"])
+def test_mixture_of_experts_decoders_generate(tmp_path, impl):
+    """The KV cache's scratch forward passes expert routing; only the routers are routing decisions (the greedy
+    argmax over the vocabulary decides no shape)."""
+    path = tmp_path / "tiny-mixtral.json"
+    path.write_text(json.dumps({**TINY, "model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2,
+                                "experts_implementation": impl}))
+    graphs = trace_generation(f"hf:{path}", batch=2, prompt_tokens=16, new_tokens=3)
+    for g in (graphs.prefill, *(d.graph for d in graphs.decode)):
+        decisions = routing_decisions(g)
+        assert len(decisions) == TINY["num_hidden_layers"]
+        assert {(d["experts"], d["top_k"]) for d in decisions} == {(4, 2)}
+    est = price_generation(graphs, "H100")
+    assert est.time_s > 0 and any("routing assumed balanced" in n for n in est.notes)
+
+
+def test_a_dense_decoders_greedy_argmax_is_no_routing_decision(graphs):
+    assert all(routing_decisions(g) == [] for g in (graphs.prefill, *(d.graph for d in graphs.decode)))
+    assert not any("routing" in n for n in price_generation(graphs, "H100").notes)
 
 
 def test_compare_ranks_gpus(graphs):

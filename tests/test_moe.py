@@ -16,7 +16,6 @@ from gpuest.cli import main
 from gpuest.errors import RoutingError
 from gpuest.price.estimate import estimate_graph
 
-logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
 HIDDEN, FFN, LAYERS, EXPERTS, TOP_K, BATCH, SEQ = 64, 128, 2, 8, 2, 2, 16
 TOKENS = BATCH * SEQ
 COMMON = dict(vocab_size=256, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=4,
@@ -222,6 +221,41 @@ def test_top1_capacity_drops_the_overflow_and_names_each_expert():
 
 
 # ------------------------------------------------------------------ the estimate, model specs, CLI
+
+class _TopOneChoice(torch.nn.Module):
+    """A top-1 choice over 4 columns whose values either pick rows (a router) or only flow on (a greedy decoder's
+    next token)."""
+
+    def __init__(self, routes: bool) -> None:
+        super().__init__()
+        self.routes = routes
+
+    def forward(self, scores: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        choice = scores.argmax(-1)
+        if self.routes:
+            return x[(choice == 0).nonzero().squeeze(-1)]   # the rows sent to expert 0: a shape from values
+        return choice.unsqueeze(-1) + 1
+
+
+def test_a_top1_choice_whose_values_decide_nothing_is_no_routing_decision():
+    args = (torch.empty(16, 4), torch.empty(16, 8))
+    assert routing_decisions(trace(_TopOneChoice(routes=False), args)) == []
+    # ... and an assumption that could not hold for it is never asked to
+    assert routing_decisions(trace(_TopOneChoice(routes=False), args, routing=[0.5, 0.5])) == []
+    routed = trace(_TopOneChoice(routes=True), args)
+    [decision] = routing_decisions(routed)
+    assert (decision["experts"], decision["top_k"], decision["tokens_per_expert"]) == (4, 1, [4, 4, 4, 4])
+    assert any(d["output_shapes"].startswith("4x8") for _, d in routed.nodes(data=True))
+    with pytest.raises(RoutingError, match="2 expert shares but the model routes over 4"):
+        trace(_TopOneChoice(routes=True), args, routing=[0.5, 0.5])
+
+
+def test_fp32_grouped_gemms_trace_without_logging_the_fake_kernels_rejection(caplog):
+    with caplog.at_level(logging.DEBUG):
+        g = trace(build("mixtral"), inputs(), precision="fp32")
+    assert expert_nodes(g, op="aten._grouped_mm.default")
+    assert not [r for r in caplog.records if r.name.startswith("torch._subclasses.fake_tensor")]
+
 
 def test_estimate_records_the_routing_assumption():
     g = trace(build("mixtral"), inputs(), precision="bf16", routing="skewed:0.3")

@@ -10,7 +10,6 @@ until host and device are both done, so that synchronisation is where one step's
 """
 from __future__ import annotations
 
-import contextlib
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +20,9 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..errors import GenerationError
-from .trace import trace
+from .grouped_mm import FAKE_SUBSTITUTES
+from .routing import FormatKnownScalars, RoutingAssumption, RoutingValues, ValuedOps
+from .trace import TRACE_DEVICE, trace
 
 CACHES = ("dynamic", "static")
 
@@ -75,25 +76,30 @@ def check_lengths(facts: DecoderFacts, name: str, prompt_tokens: int, new_tokens
 
 def kv_cache(model: nn.Module, batch: int, context: int, kind: str, max_len: int) -> Any:
     """A transformers cache of `kind` ("dynamic" or "static", max_len tokens) holding `context` tokens per
-    sequence, as meta tensors. The shape of each layer's keys and values is the model's own: one
-    one-token forward on the meta device fills a scratch cache, and the cache's own `update` then takes
+    sequence, as fake tensors. The shape of each layer's keys and values is the model's own: one
+    one-token forward on fake tensors fills a scratch cache, and the cache's own `update` then takes
     `context` tokens of those shapes (a sliding-window layer keeps its window)."""
     import transformers
     if kind not in CACHES:
         raise ValueError(f"unknown cache {kind!r}; accepted: {', '.join(CACHES)}")
-    device = next(model.parameters()).device
-    # A model with real weights runs its scratch forward on fake inputs: nothing is computed.
-    mode = contextlib.nullcontext() if device.type == "meta" else FakeTensorMode(allow_non_fake_inputs=True)
-    with mode, torch.no_grad():
+    # The scratch forward runs on fake CPU tensors as a trace does (nothing is computed), so mixture-of-experts
+    # layers pass: their routing gets values, grouped GEMMs the fake kernel CUDA's takes, and transformers picks
+    # the device-dependent paths (histc's input dtype) it picks for a trace.
+    run_op = RoutingValues(RoutingAssumption(), FAKE_SUBSTITUTES)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        state = {n: torch.empty(t.shape, dtype=t.dtype, device=TRACE_DEVICE)
+                 for n, t in [*model.named_parameters(), *model.named_buffers()]}
         scratch = transformers.DynamicCache(config=model.config)
-        model(input_ids=torch.zeros(batch, 1, dtype=torch.long, device=device), past_key_values=scratch,
-              use_cache=True)
+        with ValuedOps(run_op), FormatKnownScalars(run_op), torch.no_grad():
+            torch.func.functional_call(model, state, (), dict(
+                input_ids=torch.zeros(batch, 1, dtype=torch.long, device=TRACE_DEVICE), past_key_values=scratch,
+                use_cache=True))
         cache = (transformers.DynamicCache(config=model.config) if kind == "dynamic" else
                  transformers.StaticCache(config=model.config, max_cache_len=max_len))
         for i, layer in enumerate(scratch.layers if context else []):
             k, v = layer.keys, layer.values
-            cache.update(torch.empty(*k.shape[:-2], context, k.shape[-1], dtype=k.dtype, device=device),
-                         torch.empty(*v.shape[:-2], context, v.shape[-1], dtype=v.dtype, device=device), i)
+            cache.update(torch.empty(*k.shape[:-2], context, k.shape[-1], dtype=k.dtype, device=k.device),
+                         torch.empty(*v.shape[:-2], context, v.shape[-1], dtype=v.dtype, device=v.device), i)
     return cache
 
 

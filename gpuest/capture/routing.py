@@ -18,15 +18,18 @@ Ops on tensors without values run on fake tensors as before.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
                                            unset_fake_temporarily)
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -209,6 +212,19 @@ ROUTING_DECISIONS: dict[Any, tuple[int, Callable[[tuple, dict], tuple[int, int, 
 }
 
 
+@contextlib.contextmanager
+def _fake_kernel_log_muted() -> Iterator[None]:
+    """FakeTensorMode logs a fake kernel's failure with its traceback before re-raising it; where a substitute
+    takes over (fake_substitutes), that rejection is expected, and hundreds of tracebacks would bury the result."""
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    was = log.disabled
+    log.disabled = True
+    try:
+        yield
+    finally:
+        log.disabled = was
+
+
 def _tensors(tree: Any) -> list[torch.Tensor]:
     return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
 
@@ -230,11 +246,21 @@ class RoutingValues:
         self.fake_substitutes = dict(fake_substitutes or {})
         self.values: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.decisions: list[RoutingDecision] = []
-        self._assignments: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._assignments: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, RoutingError | None]] = {}
+        # Which decisions each valued tensor derives from, and which ones the trace went on to need (a shape,
+        # a Python value or a cost read from their values): a greedy decoder's argmax over the vocabulary is a
+        # top-1 choice whose values decide nothing.
+        self._origins: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._used: set[int] = set()
+        self._refused: dict[int, RoutingError] = {}
 
     def value_of(self, t: Any) -> torch.Tensor | None:
-        """The values a fake tensor stands for, if the routing assumption determines them."""
-        return self.values.get(t) if isinstance(t, torch.Tensor) else None
+        """The values a fake tensor stands for, if the routing assumption determines them (reading them makes
+        the decisions they derive from ones the trace needed)."""
+        value = self.values.get(t) if isinstance(t, torch.Tensor) else None
+        if value is not None:
+            self.use([t])
+        return value
 
     def numpy_of(self, t: Any) -> np.ndarray | None:
         """value_of(t) as a numpy array (what cost formulas read: OpCall.known_value)."""
@@ -252,7 +278,8 @@ class RoutingValues:
             known = bool(self.decisions) and torch.Tag.nondeterministic_seeded not in func.tags
         known = known and func not in UNINITIALISED
         try:
-            out = func(*args, **kwargs)
+            with _fake_kernel_log_muted() if func in self.fake_substitutes else contextlib.nullcontext():
+                out = func(*args, **kwargs)
             dynamic = False
         except (DynamicOutputShapeException, DataDependentOutputException):
             if not known:
@@ -267,7 +294,8 @@ class RoutingValues:
             real = self._run_on_values(func, args, kwargs)
             if dynamic:
                 out = tree_map(lambda r: _fake_like(r) if isinstance(r, torch.Tensor) else r, real)
-            self._remember(out, real)
+            origins = self.use(inputs) if dynamic else self.origins_of(inputs)
+            self._remember(out, real, origins)
         else:
             self._forget_written(func, args, kwargs)
             decision = ROUTING_DECISIONS.get(func)
@@ -280,9 +308,29 @@ class RoutingValues:
         with unset_fake_temporarily():
             return func(*real_args, **real_kwargs)
 
-    def _remember(self, out: Any, real: Any) -> None:
+    def _remember(self, out: Any, real: Any, origins: frozenset[int]) -> None:
         for fake, value in zip(_tensors(out), _tensors(real)):
             self.values[fake] = value
+            self._origins[fake] = origins
+
+    def origins_of(self, tensors: Sequence[Any]) -> frozenset[int]:
+        """The decisions the values of `tensors` derive from."""
+        return frozenset().union(*(self._origins.get(t, frozenset()) for t in tensors if isinstance(t, torch.Tensor)))
+
+    def use(self, tensors: Sequence[Any]) -> frozenset[int]:
+        """Mark the decisions `tensors`' values derive from as needed by the trace (a shape, a Python value or
+        a cost came from them); returns them. Raises the RoutingError the assumption gave such a decision,
+        now that it routes."""
+        origins = self.origins_of(tensors)
+        for i in sorted(origins - self._used):
+            if i in self._refused:
+                raise self._refused[i]
+        self._used |= origins
+        return origins
+
+    def routing_decisions(self) -> list[RoutingDecision]:
+        """The decisions whose values the trace needed: what the routing assumption decided."""
+        return [d for i, d in enumerate(self.decisions) if i in self._used]
 
     def _forget_written(self, func: Any, args: tuple, kwargs: dict) -> None:
         """An op without values that writes a tensor in place leaves that tensor's values unknown."""
@@ -305,21 +353,41 @@ class RoutingValues:
             return
         key = (tokens, experts, k)
         if key not in self._assignments:
-            counts = slot_counts(self.assumption.shares(experts, k), tokens, k)
-            self._assignments[key] = (counts, assignment(counts, tokens, k))
-        counts, choice = self._assignments[key]
+            refusal = None
+            try:
+                shares = self.assumption.shares(experts, k)
+            except RoutingError as exc:   # raised only if the trace needs these values (use): they may route nothing
+                refusal, shares = exc, np.full(experts, 1.0 / experts)
+            counts = slot_counts(shares, tokens, k)
+            self._assignments[key] = (counts, assignment(counts, tokens, k), refusal)
+        counts, choice, refusal = self._assignments[key]
+        if refusal is not None:
+            self._refused[len(self.decisions)] = refusal
         # (tokens, k) -> the indices' layout: k along `dim` (a top-k keeps it; an argmax drops it unless keepdim).
         lead = [int(s) for i, s in enumerate(scores.shape) if i != dim]
         with unset_fake_temporarily():   # real values, built outside the fake mode
             values = torch.from_numpy(choice.reshape(*lead, k) if lead else choice.reshape(k))
             values = values.movedim(-1, dim) if keepdim else values.reshape(indices.shape)
             self.values[indices] = values.to(indices.dtype).reshape(indices.shape).contiguous()
+        self._origins[indices] = frozenset({len(self.decisions)})
         self.decisions.append(RoutingDecision(str(func), tokens, experts, k, tuple(int(c) for c in counts)))
 
 
 def _fake_like(real: torch.Tensor) -> torch.Tensor:
     """A fake tensor of `real`'s shape, strides and dtype (called while the fake mode is current)."""
     return torch.empty_strided(tuple(real.shape), tuple(real.stride()), dtype=real.dtype, device=real.device)
+
+
+class ValuedOps(TorchDispatchMode):
+    """Runs every op through `run_op` (a RoutingValues, inside FakeTensorMode) as a trace does, recording
+    nothing: a forward run only for the shapes it leaves (a KV cache's) passes mixture-of-experts routing."""
+
+    def __init__(self, run_op: RoutingValues) -> None:
+        super().__init__()
+        self.run_op = run_op
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        return self.run_op(func, args, kwargs or {})
 
 
 class FormatKnownScalars(TorchFunctionMode):

@@ -266,7 +266,7 @@ def _to_graph(recorder: OpRecorder, *, name: str, mode: str, precision: str, bat
         memory_gradients=json.dumps(gradients),
         # The routing assumption, and each routing decision it gave values to (empty for a dense model).
         routing=routing.assumption.describe(),
-        routing_decisions=json.dumps([d.as_dict() for d in routing.decisions]),
+        routing_decisions=json.dumps([d.as_dict() for d in routing.routing_decisions()]),
     )
     return graph
 
