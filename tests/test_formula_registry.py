@@ -88,3 +88,25 @@ def test_baddbmm_with_beta_copies_its_input_into_the_output_and_reads_it_back():
     assert [(d["op"], d["staged_for"]) for d in staged] == [("aten.copy_.default", "aten.baddbmm.default")]
     assert staged[0]["bytes_written"] == out_bytes and staged[0]["bytes_read"] == 8 * 64 * 4
     assert nodes.index(staged[0]) == nodes.index(with_beta) - 1
+
+
+def test_an_in_place_scatter_moves_only_the_elements_its_index_names():
+    """index_copy_ (a static KV cache's per-token update), scatter_, index_fill_ and put_ write what their index
+    names into a target they do not read: the traffic of the updates and the index, not of the whole target."""
+    from gpuest.capture import trace
+
+    class Scatters(torch.nn.Module):
+        def forward(self, cache, token, pos, rows, cols):
+            cache.index_copy_(2, pos, token)
+            return (cache, torch.zeros(64, 100).scatter_(1, cols, rows), torch.zeros(64, 100).scatter_(1, cols, 1.0),
+                    torch.zeros(64, 100).index_fill_(1, pos.repeat(3), 0.5), torch.zeros(1000).put_(cols[0], rows[0]))
+    g = trace(Scatters(), (torch.empty(8, 4, 4096, 64), torch.empty(8, 4, 1, 64), torch.zeros(1, dtype=torch.long),
+                           torch.empty(64, 5), torch.zeros(64, 5, dtype=torch.long)))
+    cost = {d["op"]: (d["bytes_read"], d["bytes_written"], d["supported"]) for _, d in g.nodes(data=True)
+            if d["op"].split(".")[1] in ("index_copy_", "scatter_", "index_fill_", "put_")}
+    token, index = 8 * 4 * 64 * 4, 64 * 5 * 8
+    assert cost["aten.index_copy_.default"] == (token + 8, token, True)       # one token of a 4096-token cache
+    assert cost["aten.scatter_.src"] == (index + 320 * 4, 320 * 4, True)
+    assert cost["aten.scatter_.value"] == (index, 320 * 4, True)
+    assert cost["aten.index_fill_.int_Scalar"] == (3 * 8, 3 * 64 * 4, True)   # three whole columns
+    assert cost["aten.put_.default"] == (5 * 8 + 5 * 4, 5 * 4, True)

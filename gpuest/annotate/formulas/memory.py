@@ -3,6 +3,7 @@ metadata-only ops (views, allocations) that launch no kernel."""
 from __future__ import annotations
 
 import math
+from typing import Any
 from dataclasses import replace
 
 import torch
@@ -17,7 +18,7 @@ register_cost(*iter_ops(["scatter_add", "index_add"]))(with_atomic_adds(by_categ
 register_cost(*iter_ops([
     "_to_copy", "clone", "scatter",
     "scatter_reduce",
-    "index_copy", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
+    "index_copy", "index_fill", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
     "reflection_pad2d", "replication_pad2d", "reflection_pad1d",
     "zeros", "ones", "full", "arange", "repeat", "flip", "masked_scatter", "_unsafe_view_copy",
     "select_backward", "slice_backward", "index_select_backward", "unfold_backward", "narrow_copy",
@@ -26,6 +27,37 @@ register_cost(*iter_ops([
     "_unsafe_masked_index_put_accumulate", "lift_fresh_copy",
     "randperm", "searchsorted", "bucketize", "one_hot", "_pin_memory", "resize_",
 ]))(by_category("copy"))
+
+
+# An in-place scatter writes only the elements its index names, into a target it does not read: HF's StaticCache
+# writes one token per layer into a cache of thousands with index_copy_, which priced by all its tensors' bytes
+# read and wrote the whole cache every decode step. It reads the index and the updates it writes.
+def _indexed_write(call: OpCall, written: int, source: Any = None) -> Cost:
+    """A scatter of `written` elements into the op's target, reading its index and, per element, `source`."""
+    read = unique_bytes([call.arg("index")]) + (written * source.element_size() if isinstance(source, torch.Tensor)
+                                                 else 0)
+    return Cost(0.0, float(read), float(written * call.first_arg.element_size()), "copy")
+
+
+@register_cost(*iter_ops(["index_copy_", "put_"]))
+def _copy_at_index(call: OpCall) -> Cost:
+    source = call.arg("source")
+    return _indexed_write(call, source.numel(), source)
+
+
+@register_cost(*iter_ops(["scatter_"]))
+def _scatter_into(call: OpCall) -> Cost:
+    # one element per index entry, from src where the overload has one (else a scalar value)
+    src = call.arg("src") if call.has_arg("src") else None
+    return _indexed_write(call, call.arg("index").numel(), src)
+
+
+@register_cost(*iter_ops(["index_fill_"]))
+def _fill_at_index(call: OpCall) -> Cost:
+    # each index entry fills a whole slice of the target along dim
+    target = call.first_arg
+    dim = int(call.arg("dim")) % max(target.dim(), 1)
+    return _indexed_write(call, call.arg("index").numel() * (target.numel() // max(int(target.shape[dim]), 1)))
 
 
 @register_cost(*iter_ops(["copy_"]))
