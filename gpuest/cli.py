@@ -90,11 +90,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .price.sweep import sweep
+    from .price.sweep import best_setting, sweep
+    if args.max_slowdown is not None and args.optimal is None:
+        raise ValueError("--max-slowdown bounds the --optimal choice; give --optimal energy|edp|time too")
     clocks = _parse_range(args.clocks) if args.clocks else None
     limits = _parse_range(args.power_limits) if args.power_limits else None
     df = sweep(_graph(args), args.gpu, clocks, limits, launch=args.launch)
-    print(df.to_json(orient="records", indent=1) if args.json else df.to_string(index=False))
+    if args.optimal is None:
+        print(df.to_json(orient="records", indent=1) if args.json else df.to_string(index=False))
+    else:
+        best = best_setting(df, args.optimal, args.max_slowdown)
+        if args.json:
+            print(json.dumps({"settings": df.to_dict(orient="records"), "optimal": best.to_dict(),
+                              "objective": args.optimal, "max_slowdown": args.max_slowdown}, indent=1, default=float))
+        else:
+            print(df.to_string(index=False))
+            within = "" if args.max_slowdown is None else f" within {100 * args.max_slowdown:g} % of the fastest"
+            setting = (f"SM clock {best['clock_mhz']:.0f} MHz" if best["setting"] == "clock"
+                       else f"power limit {best['power_limit_w']:.0f} W")
+            print(f"\nlowest {args.optimal}{within}: {setting}: {1e3 * best['time_s']:.3f} ms, {best['energy_j']:.4g} J, "
+                  f"{best['avg_power_w']:.0f} W average, EDP {best['edp_js']:.4g} J s")
     if args.plot:
         from .report.plots import sweep_plot
         sweep_plot(df, args.plot)
@@ -287,6 +302,10 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--power-limits", default=None, help="W: START:STOP:STEP or a comma list")
     p.add_argument("--launch", default="eager", choices=["eager", "graph"])
     p.add_argument("--plot", default=None, help="write a PNG of time and energy against the setting")
+    p.add_argument("--optimal", default=None, choices=["energy", "edp", "time"],
+                   help="also name the swept setting with the lowest energy, EDP or time")
+    p.add_argument("--max-slowdown", type=float, default=None,
+                   help="with --optimal: only settings at most this fraction slower than the fastest (0.1 = 10 %%)")
     p.add_argument("--json", action="store_true")
 
 

@@ -1,11 +1,13 @@
 """Closed-form and monotonicity properties of the pricing model (no GPU)."""
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import networkx as nx
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -353,6 +355,29 @@ def test_optimal_respects_max_slowdown(big_matmul):
     assert best["time_s"] <= fastest["time_s"] * 1.1 + 1e-12
     unconstrained = gpuest.optimal(big_matmul, "A100", "energy")
     assert unconstrained["energy_j"] <= best["energy_j"] + 1e-12
+
+
+def test_cli_sweep_names_the_setting_its_objective_picks(tmp_path, capsys):
+    from gpuest.cli import main
+    from gpuest.price.sweep import best_setting
+    src = tmp_path / "gemm.py"
+    src.write_text("import torch\ndef make():\n    return torch.nn.Linear(4096, 4096), (torch.empty(4096, 4096),)\n")
+    words = ["sweep", f"{src}:make", "--gpu", "A100", "--clocks", "600,1000,1410", "--power-limits", "150,400"]
+    assert main([*words, "--optimal", "energy", "--max-slowdown", "0.1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    table = pd.DataFrame(out["settings"])
+    expected = best_setting(table, "energy", 0.1)
+    assert out["optimal"]["energy_j"] == pytest.approx(expected["energy_j"])
+    assert out["optimal"]["time_s"] <= table["time_s"].min() * 1.1
+    # the bound binds: the lowest energy overall is a setting more than 10 % slower than the fastest
+    assert table["energy_j"].idxmin() != expected.name
+    assert main([*words, "--optimal", "edp"]) == 0
+    best = best_setting(table, "edp")
+    setting = f"SM clock {best['clock_mhz']:.0f} MHz" if best["setting"] == "clock" else \
+        f"power limit {best['power_limit_w']:.0f} W"
+    assert f"lowest edp: {setting}" in capsys.readouterr().out
+    assert main([*words, "--max-slowdown", "0.1"]) == 2
+    assert "give --optimal" in capsys.readouterr().err
 
 
 def test_interval_brackets_prediction(big_matmul):

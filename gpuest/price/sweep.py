@@ -77,14 +77,26 @@ def optimal(graph: nx.DiGraph | Any, gpu: str, objective: str = "energy", max_sl
             launch: str = "eager", profile: Any = None, **trace_kwargs: Any) -> pd.Series:
     """The clock or power-limit setting minimising `objective` ("energy", "edp" or "time"), optionally
     no more than `max_slowdown` (e.g. 0.1 = 10 %) slower than the fastest setting."""
-    if objective not in OBJECTIVES:
-        raise ValueError(f"unknown objective {objective!r}; accepted: {', '.join(OBJECTIVES)}")
-    if max_slowdown is not None and not max_slowdown >= 0:
-        raise ValueError(f"max_slowdown must be >= 0 (a fraction, 0.1 = 10 %), got {max_slowdown!r}")
+    _check_objective(objective, max_slowdown)
     spec = get_gpu(gpu)
     df = sweep(graph, gpu, clocks=np.linspace(spec.min_clock_mhz, spec.max_clock_mhz, 2 * DEFAULT_SWEEP_POINTS),
                power_limits=np.linspace(spec.power_limit_min_w, spec.power_limit_max_w, DEFAULT_SWEEP_POINTS),
                launch=launch, profile=profile, **trace_kwargs)
+    return best_setting(df, objective, max_slowdown)
+
+
+def best_setting(df: pd.DataFrame, objective: str = "energy", max_slowdown: float | None = None) -> pd.Series:
+    """The row of a `sweep` table minimising `objective` ("energy", "edp" or "time"), among the rows no more than
+    `max_slowdown` (a fraction: 0.1 = 10 %) slower than its fastest when given."""
+    _check_objective(objective, max_slowdown)
     if max_slowdown is not None:
         df = df[df["time_s"] <= df["time_s"].min() * (1.0 + max_slowdown)]
     return df.loc[df[OBJECTIVES[objective]].idxmin()]
+
+
+def _check_objective(objective: str, max_slowdown: float | None) -> None:
+    """Raises ValueError for an unknown objective or a max_slowdown that is not a number >= 0."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; accepted: {', '.join(OBJECTIVES)}")
+    if max_slowdown is not None and not max_slowdown >= 0:
+        raise ValueError(f"max_slowdown must be >= 0 (a fraction, 0.1 = 10 %), got {max_slowdown!r}")
