@@ -21,6 +21,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", type=int, default=None, help="sequence length for text models")
     p.add_argument("--image-size", type=int, default=None, help="input resolution for vision models")
     p.add_argument("--train", action="store_true", help="a full training step (forward, backward, AdamW)")
+    p.add_argument("--channels-last", action="store_true",
+                   help="4-D weights and inputs in NHWC, as model.to(memory_format=torch.channels_last) does")
     p.add_argument("--precision", default="fp32", help="fp32 | bf16-mixed | fp16-mixed | bf16 | fp16")
     p.add_argument("--optimizer", default="adamw",
                    help="adamw | sgd (foreach, as torch >= 2.0 runs them) | adamw-forloop | sgd-forloop (one launch "
@@ -35,10 +37,15 @@ def _graph(args: argparse.Namespace):
     from .capture.trace import trace
     if args.batch < 1:
         raise ValueError(f"--batch must be >= 1, got {args.batch}")
-    loaded = load_model(args.model, batch=args.batch, seq=args.seq, image_size=args.image_size)
+    loaded = load_model(args.model, batch=args.batch, seq=args.seq, image_size=args.image_size,
+                        memory_format=_memory_format(args))
     return trace(loaded.model, loaded.example_inputs, mode="training" if args.train else "inference",
                  precision=args.precision, optimizer=args.optimizer, name=loaded.name, batch=loaded.batch,
                  routing=getattr(args, "routing", "balanced"))
+
+
+def _memory_format(args: argparse.Namespace) -> str:
+    return "channels_last" if args.channels_last else "contiguous"
 
 
 def _parse_range(text: str) -> list[float]:
@@ -129,7 +136,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
                             "fits": mem.fits, "memory_breakdown": mem.breakdown_bytes}
     if args.max_batch:
         found = max_batch(args.model, gpu, mode=data["mode"], precision=args.precision, optimizer=args.optimizer,
-                          seq=args.seq, image_size=args.image_size)
+                          seq=args.seq, image_size=args.image_size, memory_format=_memory_format(args))
         data.update(max_batch=found.batch, max_batch_limited=found.limited,
                     max_batch_peak_bytes=found.memory.peak_bytes if found.memory else None)
     if args.json:

@@ -7,6 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import networkx as nx
 import pytest
 import torch
 import torchvision
@@ -299,3 +300,20 @@ def test_parameters_made_by_a_legacy_constructor_land_on_the_requested_device():
     pytest.importorskip("transformers")
     lm = load_model("hf:xlnet-base", batch=1, seq=16)
     assert _all_meta(lm.model)
+
+
+def test_cli_channels_last_traces_nhwc_kernels(tmp_path, capsys):
+    """--channels-last builds the model as a channels-last recipe does: the convolutions the graph records take
+    NHWC activations, and the estimate differs from the contiguous one."""
+    from gpuest.cli import main
+    words = ["resnet18", "--batch", "2", "--image-size", "64", "--precision", "bf16-mixed", "--gpu", "H100", "--json"]
+    assert main(["estimate", *words]) == 0
+    contiguous = json.loads(capsys.readouterr().out)
+    assert main(["estimate", *words, "--channels-last"]) == 0
+    nhwc = json.loads(capsys.readouterr().out)
+    assert nhwc["device_time_s"] != contiguous["device_time_s"]
+    assert main(["graph", "resnet18", "--batch", "2", "--image-size", "64", "--channels-last",
+                 "-o", str(tmp_path / "g.graphml")]) == 0
+    g = nx.read_graphml(tmp_path / "g.graphml")
+    convs = [d for _, d in g.nodes(data=True) if d["op"] == "aten.convolution.default"]
+    assert convs and all(d["channels_last"] for d in convs)

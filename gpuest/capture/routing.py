@@ -315,7 +315,8 @@ class RoutingValues:
 
     def origins_of(self, tensors: Sequence[Any]) -> frozenset[int]:
         """The decisions the values of `tensors` derive from."""
-        return frozenset().union(*(self._origins.get(t, frozenset()) for t in tensors if isinstance(t, torch.Tensor)))
+        return frozenset().union(*(self._origins.get(t, frozenset()) for t in tensors
+                                   if isinstance(t, torch.Tensor)))
 
     def use(self, tensors: Sequence[Any]) -> frozenset[int]:
         """Mark the decisions `tensors`' values derive from as needed by the trace (a shape, a Python value or

@@ -424,7 +424,7 @@ def as_graph(graph_or_model: nx.DiGraph | torch.nn.Module | str, example_inputs:
         return graph_or_model
     if isinstance(graph_or_model, str):
         from ..capture.models import load_model
-        load_keys = {"batch", "seq", "image_size"}
+        load_keys = {"batch", "seq", "image_size", "memory_format"}
         loaded = load_model(graph_or_model, **{k: v for k, v in trace_kwargs.items() if k in load_keys and v})
         rest = {k: v for k, v in trace_kwargs.items() if k not in load_keys}
         return trace(loaded.model, loaded.example_inputs, name=loaded.name, batch=loaded.batch, **rest)

@@ -27,11 +27,11 @@ class MaxBatch:
 def max_batch(model: str | torch.nn.Module, gpu: str | GPUSpec, *, mode: str = "inference", precision: str = "fp32",
               optimizer: str | None = "adamw", make_inputs: Callable[[int], Any] | None = None,
               seq: int | None = None, image_size: int | None = None, loss_fn: Callable | None = None,
-              limit: int = DEFAULT_BATCH_LIMIT) -> MaxBatch:
+              limit: int = DEFAULT_BATCH_LIMIT, memory_format: str = "contiguous") -> MaxBatch:
     """The largest batch size whose step (`mode`, `precision`, `optimizer` as in `trace`) fits `gpu`.
 
-    model: a model spec ("resnet50", "hf:gpt2", ...; built for each batch with `seq`/`image_size`), or an
-        nn.Module with `make_inputs(batch)` returning its example inputs for that batch.
+    model: a model spec ("resnet50", "hf:gpt2", ...; built for each batch with `seq`, `image_size` and
+        `memory_format`), or an nn.Module with `make_inputs(batch)` returning its example inputs for that batch.
     Doubles the batch from 1 until the step no longer fits (or `limit`), then bisects; each probe is a
     trace, so the answer is exact for the memory model (fits is monotone in the batch)."""
     from ..estimate import as_graph
@@ -48,7 +48,7 @@ def max_batch(model: str | torch.nn.Module, gpu: str | GPUSpec, *, mode: str = "
 
     def fits(batch: int) -> bool:
         if isinstance(model, str):
-            graph = as_graph(model, batch=batch, seq=seq, image_size=image_size, **kwargs)
+            graph = as_graph(model, batch=batch, seq=seq, image_size=image_size, memory_format=memory_format, **kwargs)
             if int(graph.graph.get("batch", 0)) != batch:
                 raise TraceError(f"{model} does not take a batch size (asked for {batch}, built "
                                  f"{graph.graph.get('batch')}): max_batch needs a model whose inputs grow with it")
