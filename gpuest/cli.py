@@ -27,6 +27,10 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", default="adamw",
                    help="adamw | sgd (foreach, as torch >= 2.0 runs them) | adamw-forloop | sgd-forloop (one launch "
                         "per parameter and op: foreach=False, torch < 2.0's default); training only")
+    _routing_arg(p)
+
+
+def _routing_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--routing", default="balanced",
                    help="mixture-of-experts routing: balanced (default) | skewed:H (the hottest expert's share H "
                         "of the routed slots) | f1,f2,... (one share per expert, summing to 1)")
@@ -157,7 +161,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     from .price.generation import compare_generation, price_generation, trace_generation
     graphs = trace_generation(args.model, batch=args.batch, prompt_tokens=args.prompt, new_tokens=args.new_tokens,
-                              precision=args.precision, cache=args.cache)
+                              precision=args.precision, cache=args.cache, routing=args.routing)
     est = price_generation(graphs, args.gpu, args.clock, launch=args.launch, power_limit=args.power_limit,
                            profile=args.profile, host_scale=args.host_scale)
     print(json.dumps(est.to_dict(), indent=1, default=str) if args.json else est)
@@ -331,6 +335,7 @@ def _generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--new-tokens", type=int, required=True, help="tokens generated per sequence")
     p.add_argument("--precision", default="bf16", help="weights and KV cache: bf16 | fp16 | fp32 (default bf16)")
     p.add_argument("--cache", default="dynamic", choices=["dynamic", "static"], help="transformers KV cache kind")
+    _routing_arg(p)
     p.add_argument("--power-limit", type=float, default=None, help="board power limit in W (default TDP)")
     p.add_argument("--profile", default=None, help="profile JSON, 'prior' or 'roofline' (default: automatic)")
     _host_scale_arg(p)

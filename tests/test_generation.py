@@ -111,6 +111,13 @@ def test_mixture_of_experts_decoders_generate(tmp_path, impl):
         assert {(d["experts"], d["top_k"]) for d in decisions} == {(4, 2)}
     est = price_generation(graphs, "H100")
     assert est.time_s > 0 and any("routing assumed balanced" in n for n in est.notes)
+    if impl == "grouped_mm":   # the routing assumption reaches every step
+        skewed = trace_generation(f"hf:{path}", batch=2, prompt_tokens=16, new_tokens=3, routing="skewed:0.5")
+        [first, *_] = routing_decisions(skewed.prefill)
+        assert max(first["tokens_per_expert"]) == 0.5 * 32 * 2 > max(routing_decisions(graphs.prefill)[0]
+                                                                       ["tokens_per_expert"])
+        assert main(["generate", f"hf:{path}", "--batch", "2", "--prompt", "16", "--new-tokens", "3", "--gpu", "H100",
+                     "--routing", "0.5,0.5"]) == 2
 
 
 def test_a_dense_decoders_greedy_argmax_is_no_routing_decision(graphs):

@@ -142,12 +142,13 @@ class GreedyStep(nn.Module):
 
 
 def trace_step(model: nn.Module, facts: DecoderFacts, *, batch: int, context: int, query_tokens: int,
-               cache: str, max_len: int, precision: str, name: str) -> nx.DiGraph:
+               cache: str, max_len: int, precision: str, name: str, routing: Any = "balanced") -> nx.DiGraph:
     """Graph of one greedy loop iteration: `query_tokens` new ids over a cache holding `context` tokens."""
     total = context + query_tokens
     ids = torch.empty(batch, total, dtype=torch.long, device="meta")
     inputs = (ids, torch.empty_like(ids), torch.empty_like(ids), torch.empty(batch, dtype=torch.long, device="meta"),
               kv_cache(model, batch, context, cache, max_len), query_tokens)
-    graph = trace(GreedyStep(model, facts.logits_to_keep), inputs, precision=precision, name=name, batch=batch)
+    graph = trace(GreedyStep(model, facts.logits_to_keep), inputs, precision=precision, name=name, batch=batch,
+                  routing=routing)
     graph.graph.update(generation_context=context, generation_query_tokens=query_tokens, generation_cache=cache)
     return graph

@@ -129,10 +129,12 @@ def _positive_int(value: Any, what: str, least: int = 1) -> int:
 
 
 def trace_generation(model_or_name: torch.nn.Module | str, *, batch: int, prompt_tokens: int, new_tokens: int,
-                     precision: str = "bf16", cache: str = "dynamic", name: str | None = None) -> GenerationGraphs:
+                     precision: str = "bf16", cache: str = "dynamic", name: str | None = None,
+                     routing: Any = "balanced") -> GenerationGraphs:
     """Trace the prefill and the decode steps at the quadrature contexts of a greedy generate() call.
 
-    model_or_name: a transformers causal LM (meta, real or any weights) or a model spec ("hf:llama")."""
+    model_or_name: a transformers causal LM (meta, real or any weights) or a model spec ("hf:llama").
+    routing: a mixture-of-experts model's routing assumption in every step, as for `trace`."""
     from ..capture.generation import CACHES, check_lengths, decoder_facts, trace_step
     batch = _positive_int(batch, "batch")
     prompt_tokens = _positive_int(prompt_tokens, "prompt_tokens")
@@ -150,7 +152,7 @@ def trace_generation(model_or_name: torch.nn.Module | str, *, batch: int, prompt
     facts = decoder_facts(model, name)
     check_lengths(facts, name, prompt_tokens, new_tokens)
     max_len = prompt_tokens + new_tokens
-    common = dict(batch=batch, cache=cache, max_len=max_len, precision=precision, name=name)
+    common = dict(batch=batch, cache=cache, max_len=max_len, precision=precision, name=name, routing=routing)
     prefill = trace_step(model, facts, context=0, query_tokens=prompt_tokens, **common)
     decode = tuple(DecodePoint(c, s, trace_step(model, facts, context=c, query_tokens=1, **common))
                    for c, s in decode_contexts(prompt_tokens, new_tokens))
@@ -226,7 +228,8 @@ def _phase_row(phase: str, context: int, query_tokens: int, steps: float, time_s
 def estimate_generation(model_or_name: torch.nn.Module | str, gpu: str | GPUSpec, *, batch: int,
                         prompt_tokens: int, new_tokens: int, precision: str = "bf16", cache: str = "dynamic",
                         launch: str = "eager", clock: float | None = None, power_limit: float | None = None,
-                        profile: Any = None, host_scale: float = 1.0) -> GenerationEstimate:
+                        profile: Any = None, host_scale: float = 1.0,
+                        routing: Any = "balanced") -> GenerationEstimate:
     """Predict a greedy transformers `generate()` call of `new_tokens` tokens after a `prompt_tokens` prompt,
     for `batch` sequences, on `gpu`.
 
@@ -241,13 +244,14 @@ def estimate_generation(model_or_name: torch.nn.Module | str, gpu: str | GPUSpec
     profile: as for `estimate` (None: the GPU's calibrated profile or the nearest one).
     host_scale: multiplies every host cost, the ops' dispatch and generate()'s own Python work (this host's
         speed against the profile's calibration hosts: `gpuest host-probe` measures it).
+    routing: a mixture-of-experts model's routing assumption in every step, as for `trace`.
     The result carries ttft_s, tpot_s, time_s, tokens_per_s, energy_j, energy_per_token_j and `phases`;
     decode steps are priced at QUADRATURE_POINTS contexts spread over the answer and integrated (module
     docstring). Raises GenerationError for a model that is not a decoder LM with a KV cache, or for more
     tokens than its position embeddings cover.
     """
     graphs = trace_generation(model_or_name, batch=batch, prompt_tokens=prompt_tokens, new_tokens=new_tokens,
-                              precision=precision, cache=cache)
+                              precision=precision, cache=cache, routing=routing)
     return price_generation(graphs, gpu, clock, profile=profile, launch=launch, power_limit=power_limit,
                             host_scale=host_scale)
 
