@@ -1160,6 +1160,24 @@ def test_mixed_precision_follows_cuda_autocast():
     assert dtype["aten.native_layer_norm.default"] == "float32"
 
 
+def test_promoting_ops_take_the_widest_input_dtype_as_cuda_autocast_does():
+    """Under bf16 autocast a cuDNN LSTM returns fp16 (its autocast kernel casts to half); CUDA concatenates two such
+    outputs in fp16 and promotes fp16 with bf16 to fp32, where CPU autocast refuses fp16 (Sequencer2d's
+    bidirectional LSTMs failed to trace)."""
+    class TwoLSTMs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rows = torch.nn.LSTM(16, 8, batch_first=True, bidirectional=True)
+            self.cols = torch.nn.LSTM(16, 8, batch_first=True, bidirectional=True)
+
+        def forward(self, x):
+            v, h = self.rows(x)[0], self.cols(x)[0]
+            return torch.cat([v, h], -1), torch.stack([v, x.to(torch.bfloat16)])
+    graph = trace(TwoLSTMs(), (torch.empty(2, 5, 16),), precision="bf16-mixed")
+    assert [d["dtype"] for d in nodes(graph, op="aten.cat.default")] == ["float16"]
+    assert [d["dtype"] for d in nodes(graph, op="aten.stack.default")] == ["float32"]
+
+
 def test_conv_bias_is_a_separate_add_as_on_cuda():
     """cuDNN convolves without the bias and PyTorch adds it after (a broadcast add); its gradient is a
     separate reduction. PyTorch's own depthwise kernel keeps it inside."""

@@ -10,6 +10,7 @@ GPU, at twice the traffic a CPU trace would record. The lists are those of torch
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import torch
@@ -45,6 +46,12 @@ FP32_OPS = _functions(
 FP32_OUTPUT_OPS = _functions("softmax", "log_softmax", "sum", "prod", "cumsum", "cumprod", "norm",
                              "vector_norm", "matrix_norm")
 
+# Run in the widest floating dtype of their inputs (CUDA autocast's promote list): where that is a 16-bit dtype
+# other than CPU autocast's (a cuDNN LSTM's fp16 output under bf16 autocast), CPU autocast refuses the call.
+PROMOTE_OPS = _functions("cat", "concat", "concatenate", "stack", "hstack", "vstack", "index_copy", "addcdiv",
+                         "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sample", "index_put",
+                         "tensordot", "scatter_add")
+
 
 def _up(x: Any) -> Any:
     return x.float() if isinstance(x, torch.Tensor) and x.dtype in LOW_PRECISION else x
@@ -67,4 +74,11 @@ def call_with_cuda_policy(func: Callable[..., Any], args: tuple, kwargs: dict, d
             and not any(isinstance(a, torch.dtype) for a in args):
         with torch.autocast(device_type, enabled=False):
             return True, func(*args, **{**kwargs, "dtype": torch.float32})
+    if func in PROMOTE_OPS and _has_low_precision_input(args, kwargs):
+        widest = functools.reduce(torch.promote_types, [x.dtype for x in tensors((args, kwargs))
+                                                        if x.is_floating_point()])
+        args, kwargs = tree_map(lambda x: x.to(widest) if isinstance(x, torch.Tensor) and x.is_floating_point()
+                                else x, (args, kwargs))
+        with torch.autocast(device_type, enabled=False):
+            return True, func(*args, **kwargs)
     return False, None
