@@ -120,6 +120,23 @@ def test_mixture_of_experts_decoders_generate(tmp_path, impl):
                      "--routing", "0.5,0.5"]) == 2
 
 
+def test_a_static_cache_counts_its_tokens_for_models_that_ask(tmp_path):
+    """OPT sizes its position mask by the cache's get_seq_length, a device counter in transformers' StaticCache whose
+    value fake tensors lack; Falcon-RW's ALiBi bias cannot run over a static cache at all (nor can transformers')."""
+    opt = tmp_path / "tiny-opt.json"
+    opt.write_text(json.dumps({"model_type": "opt", "vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "ffn_dim": 128, "word_embed_proj_dim": 64,
+                               "max_position_embeddings": 256}))
+    graphs = trace_generation(f"hf:{opt}", batch=2, prompt_tokens=16, new_tokens=3, cache="static")
+    assert [d.graph.graph["generation_context"] for d in graphs.decode] == [16, 17]
+    falcon = tmp_path / "tiny-falcon.json"
+    falcon.write_text(json.dumps({"model_type": "falcon", "vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2,
+                                  "num_attention_heads": 4, "alibi": True, "new_decoder_architecture": False,
+                                  "multi_query": False, "parallel_attn": False, "bias": True}))
+    with pytest.raises(GenerationError, match="(?s)does not run over a static cache.*cache='dynamic'"):
+        trace_generation(f"hf:{falcon}", batch=2, prompt_tokens=16, new_tokens=3, cache="static")
+
+
 def test_a_dense_decoders_greedy_argmax_is_no_routing_decision(graphs):
     assert all(routing_decisions(g) == [] for g in (graphs.prefill, *(d.graph for d in graphs.decode)))
     assert not any("routing" in n for n in price_generation(graphs, "H100").notes)

@@ -10,7 +10,6 @@ GPU, at twice the traffic a CPU trace would record. The lists are those of torch
 """
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
 import torch
@@ -53,6 +52,13 @@ PROMOTE_OPS = _functions("cat", "concat", "concatenate", "stack", "hstack", "vst
                          "tensordot", "scatter_add")
 
 
+def _widest(dtypes: set[torch.dtype]) -> torch.dtype:
+    """The floating dtype type promotion gives these (fp16 with bf16: fp32), in Python: torch.promote_types would
+    dispatch under the trace's modes and be recorded as an op."""
+    wide = max(dtypes, key=lambda d: d.itemsize)
+    return wide if len(dtypes) == 1 or wide.itemsize >= 4 else torch.float32
+
+
 def _up(x: Any) -> Any:
     return x.float() if isinstance(x, torch.Tensor) and x.dtype in LOW_PRECISION else x
 
@@ -75,8 +81,7 @@ def call_with_cuda_policy(func: Callable[..., Any], args: tuple, kwargs: dict, d
         with torch.autocast(device_type, enabled=False):
             return True, func(*args, **{**kwargs, "dtype": torch.float32})
     if func in PROMOTE_OPS and _has_low_precision_input(args, kwargs):
-        widest = functools.reduce(torch.promote_types, [x.dtype for x in tensors((args, kwargs))
-                                                        if x.is_floating_point()])
+        widest = _widest({x.dtype for x in tensors((args, kwargs)) if x.is_floating_point()})
         args, kwargs = tree_map(lambda x: x.to(widest) if isinstance(x, torch.Tensor) and x.is_floating_point()
                                 else x, (args, kwargs))
         with torch.autocast(device_type, enabled=False):

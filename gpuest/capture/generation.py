@@ -10,6 +10,7 @@ until host and device are both done, so that synchronisation is where one step's
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -19,9 +20,9 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ..errors import GenerationError
+from ..errors import GenerationError, TraceError
 from .grouped_mm import FAKE_SUBSTITUTES
-from .routing import FormatKnownScalars, RoutingAssumption, RoutingValues, ValuedOps
+from .routing import FormatKnownScalars, RoutingAssumption, RoutingValues, ValuedOps, fake_kernel_log_muted
 from .trace import TRACE_DEVICE, trace
 
 CACHES = ("dynamic", "static")
@@ -90,17 +91,40 @@ def kv_cache(model: nn.Module, batch: int, context: int, kind: str, max_len: int
         state = {n: torch.empty(t.shape, dtype=t.dtype, device=TRACE_DEVICE)
                  for n, t in [*model.named_parameters(), *model.named_buffers()]}
         scratch = transformers.DynamicCache(config=model.config)
-        with ValuedOps(run_op), FormatKnownScalars(run_op), torch.no_grad():
+        with fake_kernel_log_muted(), ValuedOps(run_op), FormatKnownScalars(run_op), torch.no_grad():
             torch.func.functional_call(model, state, (), dict(
                 input_ids=torch.zeros(batch, 1, dtype=torch.long, device=TRACE_DEVICE), past_key_values=scratch,
                 use_cache=True))
         cache = (transformers.DynamicCache(config=model.config) if kind == "dynamic" else
-                 transformers.StaticCache(config=model.config, max_cache_len=max_len))
+                 counted_static_cache()(config=model.config, max_cache_len=max_len))
         for i, layer in enumerate(scratch.layers if context else []):
             k, v = layer.keys, layer.values
             cache.update(torch.empty(*k.shape[:-2], context, k.shape[-1], dtype=k.dtype, device=k.device),
                          torch.empty(*v.shape[:-2], context, v.shape[-1], dtype=v.dtype, device=v.device), i)
     return cache
+
+
+@functools.cache
+def counted_static_cache() -> type:
+    """transformers' StaticCache whose get_seq_length is the count of tokens written to it, a Python int: its own
+    is a device counter whose value fake tensors lack, and OPT's forward sizes its position mask by it."""
+    import transformers
+
+    class CountedStaticCache(transformers.StaticCache):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.tokens_written = 0
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any,
+                   **kwargs: Any) -> Any:
+            if layer_idx == 0:
+                self.tokens_written += int(key_states.shape[-2])
+            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
+        def get_seq_length(self, layer_idx: int = 0) -> int:
+            return self.tokens_written
+
+    return CountedStaticCache
 
 
 class GreedyStep(nn.Module):
@@ -148,7 +172,15 @@ def trace_step(model: nn.Module, facts: DecoderFacts, *, batch: int, context: in
     ids = torch.empty(batch, total, dtype=torch.long, device="meta")
     inputs = (ids, torch.empty_like(ids), torch.empty_like(ids), torch.empty(batch, dtype=torch.long, device="meta"),
               kv_cache(model, batch, context, cache, max_len), query_tokens)
-    graph = trace(GreedyStep(model, facts.logits_to_keep), inputs, precision=precision, name=name, batch=batch,
-                  routing=routing)
+    try:
+        graph = trace(GreedyStep(model, facts.logits_to_keep), inputs, precision=precision, name=name, batch=batch,
+                      routing=routing)
+    except TraceError as exc:
+        if cache != "static":
+            raise
+        raise GenerationError(f"{name}'s forward does not run over a static cache: {exc}\n  Some models do not "
+                              "support one (Falcon-RW sizes its ALiBi bias by the attention mask, not the cache, and "
+                              "transformers' own generate(cache_implementation='static') fails the same way); "
+                              "price it with cache='dynamic'") from exc
     graph.graph.update(generation_context=context, generation_query_tokens=query_tokens, generation_cache=cache)
     return graph

@@ -213,9 +213,10 @@ ROUTING_DECISIONS: dict[Any, tuple[int, Callable[[tuple, dict], tuple[int, int, 
 
 
 @contextlib.contextmanager
-def _fake_kernel_log_muted() -> Iterator[None]:
-    """FakeTensorMode logs a fake kernel's failure with its traceback before re-raising it; where a substitute
-    takes over (fake_substitutes), that rejection is expected, and hundreds of tracebacks would bury the result."""
+def fake_kernel_log_muted() -> Iterator[None]:
+    """FakeTensorMode logs a fake kernel's failure with its traceback before re-raising it. In a trace that failure
+    is either expected (a substitute takes over: RoutingValues' fake_substitutes; hundreds per fp32 MoE step) or
+    becomes a TraceError saying where it happened; the tracebacks would bury either."""
     log = logging.getLogger("torch._subclasses.fake_tensor")
     was = log.disabled
     log.disabled = True
@@ -278,8 +279,7 @@ class RoutingValues:
             known = bool(self.decisions) and torch.Tag.nondeterministic_seeded not in func.tags
         known = known and func not in UNINITIALISED
         try:
-            with _fake_kernel_log_muted() if func in self.fake_substitutes else contextlib.nullcontext():
-                out = func(*args, **kwargs)
+            out = func(*args, **kwargs)
             dynamic = False
         except (DynamicOutputShapeException, DataDependentOutputException):
             if not known:

@@ -16,7 +16,7 @@ from ..errors import GpuestError, TraceError
 from .fake_inputs import fake_inputs
 from .grouped_mm import FAKE_SUBSTITUTES
 from .recorder import CudaFunctionPaths, ModulePathTracker, OpRecorder
-from .routing import FormatKnownScalars, RoutingAssumption, RoutingValues, parse_routing
+from .routing import FormatKnownScalars, RoutingAssumption, RoutingValues, fake_kernel_log_muted, parse_routing
 from .storage_events import HOST
 
 MODES = ("inference", "training")
@@ -182,7 +182,7 @@ def _record_step(step: Callable[[OpRecorder], None], recorder: OpRecorder, run_o
         hook = torch.nn.modules.module.register_module_forward_pre_hook(recorder.count_module_call)
         try:
             cuda_paths = CudaFunctionPaths(TRACE_DEVICE, recorder.current_module_object)
-            with recorder.tracker, recorder, cuda_paths, FormatKnownScalars(run_op):
+            with fake_kernel_log_muted(), recorder.tracker, recorder, cuda_paths, FormatKnownScalars(run_op):
                 step(recorder)
         finally:
             hook.remove()
