@@ -12,6 +12,7 @@ import pytest
 import torch
 import torchvision
 
+import gpuest
 from gpuest.capture.models import LoadedModel, list_models, load_model
 from gpuest.capture.zoo import RecurrentLM
 from gpuest.errors import ModelSpecError
@@ -317,3 +318,12 @@ def test_cli_channels_last_traces_nhwc_kernels(tmp_path, capsys):
     g = nx.read_graphml(tmp_path / "g.graphml")
     convs = [d for _, d in g.nodes(data=True) if d["op"] == "aten.convolution.default"]
     assert convs and all(d["channels_last"] for d in convs)
+
+
+@pytest.mark.parametrize("name, size", [("r3d_18", 112), ("s3d", 224), ("mvit_v2_s", 224), ("swin3d_t", 224)])
+def test_video_models_take_the_frames_they_were_trained_on(name, size):
+    """S3D's and MViT's pooling needs 224-pixel frames (112 failed to trace); the ResNet-3D family takes 112."""
+    loaded = load_model(name, batch=1)
+    assert tuple(loaded.example_inputs[0].shape) == (1, 3, 16, size, size)
+    if name == "s3d":
+        assert gpuest.trace(loaded.model, loaded.example_inputs).number_of_nodes() > 0

@@ -215,7 +215,7 @@ def _load_torchvision(name: str, batch: int, image_size: int | None, device: tor
     if name in segmentation:
         kwargs["weights_backbone"] = None   # the default would download ImageNet weights for the backbone
     if name in video:
-        size: int | tuple[int, int] = image_size or DEFAULT_VIDEO_SIZE
+        size: int | tuple[int, int] = image_size or _video_crop_size(name)
     else:
         size = image_size or TORCHVISION_IMAGE_SIZE.get(name, DEFAULT_IMAGE_SIZE)
     if image_size is not None:
@@ -230,6 +230,14 @@ def _load_torchvision(name: str, batch: int, image_size: int | None, device: tor
     x = _image(batch, size, device, frames=frames)
     return LoadedModel(name=name, family=_family(model, default="vision"), model=model, example_inputs=(x,),
                        batch=batch)
+
+
+def _video_crop_size(name: str) -> int:
+    """The frame size a torchvision video model was trained at (its default weights' crop; nothing is downloaded):
+    112 for the ResNet-3D family, 224 for S3D, MViT and Swin3D, whose pooling needs it."""
+    import torchvision
+    crop = torchvision.models.get_model_weights(name).DEFAULT.transforms.keywords.get("crop_size")
+    return int(crop[0]) if crop else DEFAULT_VIDEO_SIZE
 
 
 # ---------------------------------------------------------------- timm
