@@ -15,7 +15,7 @@ from gpuest.capture.generation import GreedyStep
 from gpuest.capture.trace import routing_decisions
 from gpuest.cli import main
 from gpuest.errors import GenerationError
-from gpuest.price.generation import decode_contexts, price_generation, trace_generation
+from gpuest.price.generation import compare_generation, decode_contexts, price_generation, trace_generation
 
 TINY = {"model_type": "llama", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -140,6 +140,22 @@ def test_a_static_cache_counts_its_tokens_for_models_that_ask(tmp_path):
 def test_a_dense_decoders_greedy_argmax_is_no_routing_decision(graphs):
     assert all(routing_decisions(g) == [] for g in (graphs.prefill, *(d.graph for d in graphs.decode)))
     assert not any("routing" in n for n in price_generation(graphs, "H100").notes)
+
+
+def test_the_call_needs_the_memory_of_its_fullest_cache(tiny_spec, graphs):
+    """The last token's decode step (the fullest cache) is traced for memory: the call's peak is the highest of its
+    steps', above the prefill's and the first decode point's, and larger GPUs fit what smaller ones may not."""
+    from gpuest.catalog import get_gpu
+    from gpuest.price.memory.peak import memory_estimate
+    assert graphs.last.graph["generation_context"] == 64 + 40 - 2
+    est = price_generation(graphs, "H100")
+    last = memory_estimate(graphs.last, get_gpu("H100"))
+    assert est.peak_memory_bytes == max(last.peak_bytes, est.prefill.peak_memory_bytes,
+                                        *(d.peak_memory_bytes for d in est.decode))
+    assert last.peak_bytes > est.decode[0].peak_memory_bytes   # the cache grew by the answer
+    assert est.fits and "peak memory" in str(est) and est.to_dict()["peak_memory_bytes"] == est.peak_memory_bytes
+    table = compare_generation(graphs, ["H100", "T4"]).set_index("gpu")
+    assert table.loc["H100-SXM", "peak_memory_bytes"] == est.peak_memory_bytes and table["fits"].all()
 
 
 def test_compare_ranks_gpus(graphs):

@@ -28,6 +28,7 @@ from ..errors import GenerationError
 from ..profile import Profile, prior_profile
 from .estimate import Estimate, estimate_graph
 from .host_timeline import LAUNCHES
+from .memory.peak import MemoryEstimate, has_memory_facts, memory_estimate
 from .power import transfer_power, waiting_power_w
 from .profile_choice import choose_profile
 
@@ -58,6 +59,8 @@ class GenerationGraphs:
     cache: str
     prefill: nx.DiGraph
     decode: tuple[DecodePoint, ...]
+    # The decode step of the answer's last token, whose cache is the fullest (its memory; None: new_tokens == 1).
+    last: nx.DiGraph | None = None
 
 
 @dataclass
@@ -92,11 +95,24 @@ class GenerationEstimate:
     notes: list[str] = field(default_factory=list)
     prefill: Estimate | None = field(default=None, repr=False)
     decode: list[Estimate] = field(default_factory=list, repr=False)
+    memory: MemoryEstimate | None = field(default=None, repr=False)   # the step of the call with the highest peak
+
+    @property
+    def peak_memory_bytes(self) -> int | None:
+        """Predicted torch.cuda.max_memory_allocated() over the call (bytes): weights, the KV cache at its
+        fullest and the step's temporaries; None when the steps were traced without storage events."""
+        return None if self.memory is None else self.memory.peak_bytes
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether every step of the call fits the GPU's memory (None: unknown)."""
+        return None if self.memory is None else self.memory.fits
 
     def summary(self) -> dict[str, Any]:
         keys = ("model", "gpu", "precision", "batch", "prompt_tokens", "new_tokens", "cache", "launch", "clock_mhz",
                 "power_limit_w", "profile_source", "ttft_s", "tpot_s", "time_s", "decode_time_s", "tokens_per_s",
-                "device_time_s", "host_time_s", "energy_j", "energy_per_token_j", "avg_power_w")
+                "device_time_s", "host_time_s", "energy_j", "energy_per_token_j", "avg_power_w", "peak_memory_bytes",
+                "fits")
         return {k: getattr(self, k) for k in keys}
 
     def to_dict(self) -> dict[str, Any]:
@@ -156,7 +172,11 @@ def trace_generation(model_or_name: torch.nn.Module | str, *, batch: int, prompt
     prefill = trace_step(model, facts, context=0, query_tokens=prompt_tokens, **common)
     decode = tuple(DecodePoint(c, s, trace_step(model, facts, context=c, query_tokens=1, **common))
                    for c, s in decode_contexts(prompt_tokens, new_tokens))
-    return GenerationGraphs(name, batch, prompt_tokens, new_tokens, precision, cache, prefill, decode)
+    final = prompt_tokens + new_tokens - 2   # the cache the last token's step reads
+    last = next((p.graph for p in decode if p.context == final), None) if decode else None
+    if decode and last is None:
+        last = trace_step(model, facts, context=final, query_tokens=1, **common)
+    return GenerationGraphs(name, batch, prompt_tokens, new_tokens, precision, cache, prefill, decode, last)
 
 
 # ------------------------------------------------------------------------------------------ pricing
@@ -203,6 +223,9 @@ def price_generation(graphs: GenerationGraphs, gpu: str | GPUSpec, clock: float 
     tokens = graphs.batch * graphs.new_tokens
     energy = float(totals["total_energy_j"])
     notes = list(pre.notes)
+    memory = _peak_step_memory([pre.memory, *(e.memory for e in steps),
+                                memory_estimate(graphs.last, spec) if graphs.last is not None and
+                                has_memory_facts(graphs.last) else None])
     if len(weights) and n_decode > len(weights):
         notes.append(f"{n_decode} decode steps integrated from {len(weights)} priced at contexts "
                      + ", ".join(str(p.context) for p in graphs.decode) + " (Gauss-Legendre)")
@@ -214,7 +237,14 @@ def price_generation(graphs: GenerationGraphs, gpu: str | GPUSpec, clock: float 
         decode_time_s=decode_s, tokens_per_s=tokens / time_s if time_s > 0 else float("nan"),
         device_time_s=float(totals["total_device_time_s"]), host_time_s=float(totals["total_host_time_s"]),
         energy_j=energy, energy_per_token_j=energy / tokens, avg_power_w=energy / time_s if time_s > 0 else math.nan,
-        phases=phases, notes=notes, prefill=pre, decode=steps)
+        phases=phases, notes=notes, prefill=pre, decode=steps, memory=memory)
+
+
+def _peak_step_memory(steps: list[MemoryEstimate | None]) -> MemoryEstimate | None:
+    """The step's memory with the highest reserved peak (None if any step's is unknown)."""
+    if not steps or any(m is None for m in steps):
+        return None
+    return max(steps, key=lambda m: m.peak_reserved_bytes)
 
 
 def _phase_row(phase: str, context: int, query_tokens: int, steps: float, time_s: float, device_s: float,
@@ -273,7 +303,7 @@ def compare_generation(graphs: GenerationGraphs, gpus: Iterable[str] | None = No
         est = price_generation(graphs, spec, clk, profile=profile, launch=launch, host_scale=host_scale, warn=False)
         rows.append({k: v for k, v in est.summary().items() if k in (
             "gpu", "clock_mhz", "ttft_s", "tpot_s", "time_s", "tokens_per_s", "energy_j", "energy_per_token_j",
-            "avg_power_w", "profile_source")})
+            "avg_power_w", "profile_source", "peak_memory_bytes", "fits")})
     df = pd.DataFrame(rows)
     for name, (col, ascending) in GENERATION_OBJECTIVES.items():
         df[f"rank_{name}"] = df[col].rank(method="min", ascending=ascending).astype(int)

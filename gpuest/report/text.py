@@ -35,13 +35,13 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)])
 
 
-def memory_text(est: "Estimate") -> str:
+def memory_text(est: "Estimate | GenerationEstimate") -> str:
     """'3.16 GB' (peak allocated), or 'n/a' when the graph had no storage events."""
     return "n/a" if est.peak_memory_bytes is None else f"{est.peak_memory_bytes / 1e9:.3g} GB"
 
 
-def fits_text(est: "Estimate") -> str:
-    """Whether the step fits the GPU, with the memory PyTorch may use there."""
+def fits_text(est: "Estimate | GenerationEstimate") -> str:
+    """Whether the step (every step of a generate() call) fits the GPU, with the memory PyTorch may use there."""
     if est.memory is None:
         return ""
     return ("fits" if est.fits else "DOES NOT FIT") + f" in {est.memory.capacity_bytes / 1e9:.3g} GB usable"
@@ -100,6 +100,7 @@ def generation_summary(gen: "GenerationEstimate") -> str:
             ["device busy", seconds(gen.device_time_s), f"{100 * gen.device_time_s / gen.time_s:.0f}% of the call"],
             ["energy", f"{gen.energy_j:.4g} J", f"{gen.avg_power_w:.4g} W average"],
             ["energy / token", f"{gen.energy_per_token_j:.4g} J", ""],
+            *([["peak memory", memory_text(gen), fits_text(gen)]] if gen.memory is not None else []),
         ], ["", "value", ""]),
         "",
         table([[r.phase, str(r.context), str(r.query_tokens), f"{r.steps:.4g}", seconds(r.time_s),
