@@ -5,7 +5,9 @@ autocast `pow`, `exp`, `log`, `layer_norm`, `group_norm`, `softplus` and the los
 16-bit inputs are cast up), and `softmax`, `log_softmax`, `sum`, `prod`, `cumsum`, `cumprod` and `norm`
 compute and return fp32 unless a dtype is given; CPU autocast leaves most of them in 16 bits. A GPT-2
 block's GELU (`0.5 * x * (1 + tanh(c * (x + 0.044715 * pow(x, 3))))`) therefore runs in fp32 on the
-GPU, at twice the traffic a CPU trace would record. The lists are those of torch's
+GPU, at twice the traffic a CPU trace would record. Its promote ops (cat, stack, addcmul, ...) run in their
+inputs' widest floating dtype, as CUDA's do, also for a cuDNN RNN's fp16 output under bf16 autocast, which CPU
+autocast refuses. The lists are those of torch's
 `aten/src/ATen/autocast_mode.cpp` (CUDA), at the Python API level where a trace can intercept them.
 """
 from __future__ import annotations
