@@ -23,7 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from ..errors import GenerationError, TraceError
 from .grouped_mm import FAKE_SUBSTITUTES
 from .routing import FormatKnownScalars, RoutingAssumption, RoutingValues, ValuedOps, fake_kernel_log_muted
-from .trace import TRACE_DEVICE, trace
+from .trace import TRACE_DEVICE, _fake_like, trace
 
 CACHES = ("dynamic", "static")
 
@@ -88,8 +88,7 @@ def kv_cache(model: nn.Module, batch: int, context: int, kind: str, max_len: int
     # the device-dependent paths (histc's input dtype) it picks for a trace.
     run_op = RoutingValues(RoutingAssumption(), FAKE_SUBSTITUTES)
     with FakeTensorMode(allow_non_fake_inputs=True):
-        state = {n: torch.empty(t.shape, dtype=t.dtype, device=TRACE_DEVICE)
-                 for n, t in [*model.named_parameters(), *model.named_buffers()]}
+        state = {n: _fake_like(t, None) for n, t in [*model.named_parameters(), *model.named_buffers()]}
         scratch = transformers.DynamicCache(config=model.config)
         with fake_kernel_log_muted(), ValuedOps(run_op), FormatKnownScalars(run_op), torch.no_grad():
             torch.func.functional_call(model, state, (), dict(

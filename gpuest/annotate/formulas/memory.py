@@ -3,7 +3,6 @@ metadata-only ops (views, allocations) that launch no kernel."""
 from __future__ import annotations
 
 import math
-from typing import Any
 from dataclasses import replace
 
 import torch
@@ -32,10 +31,9 @@ register_cost(*iter_ops([
 # An in-place scatter writes only the elements its index names, into a target it does not read: HF's StaticCache
 # writes one token per layer into a cache of thousands with index_copy_, which priced by all its tensors' bytes
 # read and wrote the whole cache every decode step. It reads the index and the updates it writes.
-def _indexed_write(call: OpCall, written: int, source: Any = None) -> Cost:
+def _indexed_write(call: OpCall, written: int, source: torch.Tensor | None = None) -> Cost:
     """A scatter of `written` elements into the op's target, reading its index and, per element, `source`."""
-    read = unique_bytes([call.arg("index")]) + (written * source.element_size() if isinstance(source, torch.Tensor)
-                                                 else 0)
+    read = unique_bytes([call.arg("index")]) + (written * source.element_size() if source is not None else 0)
     return Cost(0.0, float(read), float(written * call.first_arg.element_size()), "copy")
 
 
