@@ -9,7 +9,11 @@ import sys
 import warnings
 from typing import Any, Callable, Sequence
 
+from .capture.generation import CACHES
 from .errors import GpuestError
+from .price.generation import GENERATION_OBJECTIVES
+from .price.host_timeline import LAUNCHES
+from .price.sweep import OBJECTIVES
 
 MODEL_HELP = ("torchvision name (resnet50), timm:NAME, hf:gpt2|bert-base-uncased|llama|llama-3b|qwen2-0.5b, lstm, gru, "
               "or path/to/file.py:factory")
@@ -275,7 +279,7 @@ def _add_subcommand(sub: Any, name: str, fn: Callable[[argparse.Namespace], int]
     if gpu:
         p.add_argument("--gpu", required=True, help="GPU name from `gpuest gpus` (e.g. A100, H100, T4)")
         p.add_argument("--clock", type=float, default=None, help="SM clock in MHz (default: max boost)")
-        p.add_argument("--launch", default="eager", choices=["eager", "graph"],
+        p.add_argument("--launch", default="eager", choices=LAUNCHES,
                        help="eager (per-op host dispatch) or graph (CUDA graphs / compiled)")
     p.set_defaults(func=fn)
     return p
@@ -300,9 +304,9 @@ def _compare_args(p: argparse.ArgumentParser) -> None:
     """Adds `gpuest compare`'s own arguments."""
     p.add_argument("--gpus", default=None, help="comma-separated GPU names (default: the whole catalogue)")
     p.add_argument("--clock", type=float, default=None, help="SM clock in MHz, clamped to each GPU's range")
-    p.add_argument("--by", default="time", choices=["time", "energy", "edp"])
+    p.add_argument("--by", default="time", choices=list(OBJECTIVES))
     p.add_argument("--price-per-hour", default=None, help="e.g. H100=2.5,A100=1.2 adds cost per step")
-    p.add_argument("--launch", default="eager", choices=["eager", "graph"])
+    p.add_argument("--launch", default="eager", choices=LAUNCHES)
     p.add_argument("--json", action="store_true")
 
 
@@ -311,9 +315,9 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", required=True)
     p.add_argument("--clocks", default=None, help="MHz: START:STOP:STEP or a comma list")
     p.add_argument("--power-limits", default=None, help="W: START:STOP:STEP or a comma list")
-    p.add_argument("--launch", default="eager", choices=["eager", "graph"])
+    p.add_argument("--launch", default="eager", choices=LAUNCHES)
     p.add_argument("--plot", default=None, help="write a PNG of time and energy against the setting")
-    p.add_argument("--optimal", default=None, choices=["energy", "edp", "time"],
+    p.add_argument("--optimal", default=None, choices=list(OBJECTIVES),
                    help="also name the swept setting with the lowest energy, EDP or time")
     p.add_argument("--max-slowdown", type=float, default=None,
                    help="with --optimal: only settings at most this fraction slower than the fastest (0.1 = 10 %%)")
@@ -334,13 +338,13 @@ def _generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", type=int, required=True, help="prompt tokens per sequence")
     p.add_argument("--new-tokens", type=int, required=True, help="tokens generated per sequence")
     p.add_argument("--precision", default="bf16", help="weights and KV cache: bf16 | fp16 | fp32 (default bf16)")
-    p.add_argument("--cache", default="dynamic", choices=["dynamic", "static"], help="transformers KV cache kind")
+    p.add_argument("--cache", default="dynamic", choices=CACHES, help="transformers KV cache kind")
     _routing_arg(p)
     p.add_argument("--power-limit", type=float, default=None, help="board power limit in W (default TDP)")
     p.add_argument("--profile", default=None, help="profile JSON, 'prior' or 'roofline' (default: automatic)")
     _host_scale_arg(p)
     p.add_argument("--compare", default=None, help="also rank these comma-separated GPUs (with --gpu)")
-    p.add_argument("--by", default="tokens_per_s", choices=["tokens_per_s", "energy_per_token", "time", "ttft"],
+    p.add_argument("--by", default="tokens_per_s", choices=list(GENERATION_OBJECTIVES),
                    help="ranking of --compare (default tokens_per_s)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
@@ -384,7 +388,7 @@ def _add_plot(sub: Any) -> None:
     _add_model_args(p)
     p.add_argument("--gpu", required=True)
     p.add_argument("--clock", type=float, default=None)
-    p.add_argument("--launch", default="eager", choices=["eager", "graph"])
+    p.add_argument("--launch", default="eager", choices=LAUNCHES)
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=cmd_plot)
 
