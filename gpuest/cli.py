@@ -209,15 +209,17 @@ def cmd_host_probe(args: argparse.Namespace) -> int:
 
 def cmd_gpus(args: argparse.Namespace) -> int:
     from .catalog import list_gpus
+    from .catalog.chips import full_load_power_w
     from .profile import shipped_profiles
     calibrated = shipped_profiles()
-    rows = [[g.name, g.architecture, str(g.sm_count), f"{g.max_clock_mhz:.0f}", f"{g.memory_gb:g}",
+    rows = [[g.name, g.architecture, g.chip or "-", str(g.sm_count), f"{g.max_clock_mhz:.0f}", f"{g.memory_gb:g}",
              f"{g.memory_bandwidth_gb_s:.0f}", f"{g.peak_tflops.get('bf16') or '-'}",
-             f"{g.peak_tflops.get('fp32')}", f"{g.tdp_w:.0f}", "yes" if g.name in calibrated else "-"]
+             f"{g.peak_tflops.get('fp32')}", f"{g.tdp_w:.0f}", f"{full_load_power_w(g):.0f}",
+             "yes" if g.name in calibrated else "-"]
             for g in list_gpus()]
     from .report.text import table
-    print(table(rows, ["gpu", "arch", "SMs", "boost MHz", "mem GB", "GB/s", "bf16 TFLOPS", "fp32 TFLOPS",
-                       "TDP W", "calibrated"]))
+    print(table(rows, ["gpu", "arch", "chip", "SMs", "boost MHz", "mem GB", "GB/s", "bf16 TFLOPS", "fp32 TFLOPS",
+                       "TDP W", "full load W", "calibrated"]))
     return 0
 
 

@@ -225,6 +225,9 @@ def test_user_file_in_env_path_is_found(tmp_path, monkeypatch):
         ({"peak_tflops": {"fp32": 8.1}}, "peak_tflops.fp64"),
         ({"tensor_cores": "yes"}, "tensor_cores"),
         ({"sources": {"sm_count": "x"}}, "sources.compute_capability"),
+        ({"chip": 104}, "chip"),
+        ({"chip": "TU104", "sources": {k: v for k, v in json.loads((BUILTIN_DIR / "T4.json").read_text())["sources"].items()
+                                       if k != "chip"}}, "sources.chip"),
     ],
 )
 def test_corrupt_file_raises_catalog_error_naming_field(tmp_path, overrides, field):
@@ -247,3 +250,20 @@ def test_missing_field_and_bad_json(tmp_path, monkeypatch):
     p.write_text("{not json")
     with pytest.raises(CatalogError, match="invalid JSON"):
         load_gpu_file(p)
+
+
+def test_full_load_power_is_the_tdp_of_a_chips_reference_and_above_the_limit_of_its_low_power_boards():
+    """A chip's reference board draws its own TDP flat out; a board of the same chip with a lower limit would draw
+    more than that limit (scaled by SMs x clock), and a board with no chip reference draws its TDP."""
+    from dataclasses import replace
+    from gpuest.catalog.chips import chip_references, full_load_power_w
+    for name in ("H100-SXM", "RTX-4090", "A100-SXM4-80GB", "V100-SXM2-32GB", "P100-SXM2"):
+        assert full_load_power_w(get_gpu(name)) == pytest.approx(get_gpu(name).tdp_w)
+    for name in ("T4", "A10", "L4", "RTX-6000-Ada", "A100-PCIe-40GB", "H100-PCIe", "P4"):
+        gpu = get_gpu(name)
+        assert full_load_power_w(gpu) > 1.3 * gpu.tdp_w, name
+    a100_sxm, a100_pcie = get_gpu("A100-SXM4-80GB"), get_gpu("A100-PCIe-40GB")
+    assert full_load_power_w(a100_pcie) == pytest.approx(full_load_power_w(a100_sxm))   # same chip, SMs, clock
+    assert full_load_power_w(replace(get_gpu("T4"), chip=None)) == get_gpu("T4").tdp_w
+    chips = chip_references()
+    assert all(g.chip in chips for g in list_gpus() if g.chip)   # every named chip has a reference

@@ -6,6 +6,9 @@ any directory listed in the environment variable ``GPUEST_GPU_PATH`` (``os.paths
 separated). Files in ``GPUEST_GPU_PATH`` override built-in files that have the same
 canonical ``name``.
 
+An optional ``chip`` (GA102, GH100, ...) names the GPU chip a board is built on; ``chips.json`` gives each
+chip's full-load reference board (``gpuest.catalog.chips``), from which power models move between GPUs.
+
 Units are in the field names: MHz, GB (1e9 bytes), GB/s (1e9 bytes/s), MB (L2, as reported
 by the vendor / torch, 2**20 bytes), TFLOPS (1e12 FLOP/s, dense, no sparsity), W.
 
@@ -137,6 +140,8 @@ class GPUSpec:
     memory_type: str = ""
     # Device memory CUDA reports (torch.cuda.get_device_properties().total_memory), where measured.
     memory_total_bytes: int | None = None
+    # The GPU chip the board is built on (GA102, GH100, ...): names its full-load reference in chips.json.
+    chip: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     path: str | None = field(default=None, compare=False)
 
@@ -349,16 +354,25 @@ def _memory_fields(p: Path, data: dict[str, Any]) -> tuple[str, int | None]:
     return memory_type, total
 
 
-def _sources(p: Path, data: dict[str, Any], total: int | None) -> dict[str, str]:
-    """The checked sources object: a citation for every sourced field (memory_total_bytes when given)."""
+def _chip(p: Path, data: dict[str, Any]) -> str | None:
+    """The checked optional chip name (a non-empty string or absent)."""
+    chip = data.get("chip")
+    if chip is not None and (not isinstance(chip, str) or not chip.strip()):
+        raise _bad(p, "chip", f"must be a non-empty string (the GPU chip, e.g. GA102) when given; got {chip!r}")
+    return None if chip is None else chip.strip()
+
+
+def _sources(p: Path, data: dict[str, Any]) -> dict[str, str]:
+    """The checked sources object: a citation for every sourced field (memory_total_bytes and chip when given)."""
     sources = _req(p, data, "sources")
     if not isinstance(sources, dict) or not all(
         isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in sources.items()
     ):
         raise _bad(p, "sources", "must be an object mapping field name -> non-empty citation string")
-    for key in SOURCED_FIELDS + (("memory_total_bytes",) if total is not None else ()):
+    optional = tuple(k for k in ("memory_total_bytes", "chip") if data.get(k) is not None)
+    for key in SOURCED_FIELDS + optional:
         if key not in sources:
-            raise _bad(p, f"sources.{key}", "is missing: every number needs a named source")
+            raise _bad(p, f"sources.{key}", "is missing: every number and the chip need a named source")
     return sources
 
 
@@ -373,7 +387,8 @@ def load_gpu_file(path: str | os.PathLike[str]) -> GPUSpec:
     peaks = _peak_tflops(p, data)
     tensor_cores, gen, lanes = _core_fields(p, data)
     memory_type, total = _memory_fields(p, data)
-    sources = _sources(p, data, total)
+    chip = _chip(p, data)
+    sources = _sources(p, data)
     return GPUSpec(
         name=name.strip(),
         aliases=tuple(a.strip() for a in aliases),
@@ -399,6 +414,7 @@ def load_gpu_file(path: str | os.PathLike[str]) -> GPUSpec:
         fp32_lanes_per_sm=lanes,
         memory_type=memory_type,
         memory_total_bytes=total,
+        chip=chip,
         sources=MappingProxyType(dict(sources)),
         path=str(p),
     )
