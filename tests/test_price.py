@@ -1468,18 +1468,52 @@ def test_reads_left_in_l2_count_a_share_of_a_dram_byte_for_memory_power():
 
 
 def test_a_node_never_draws_more_than_the_board_power_limit():
-    """However large a fit's unit coefficient, the board's limit holds a node at TDP (the clock drop that
-    costs is in the measured times)."""
+    """However large a fit's unit coefficient, the board's limit holds a node at TDP; what it would draw
+    unlimited (demand_w, which throttles its phase) stops at its chip's full load: the TDP on the H100, whose
+    board is its chip's reference, 351 W on the 150 W A10."""
     from dataclasses import replace
+    from gpuest.catalog.chips import full_load_power_w
+    for name in ("H100", "A10"):
+        gpu = get_gpu(name)
+        power = _giant_gemm_power(gpu, replace(prior_profile().power, tensor_w=5 * gpu.tdp_w))
+        assert power.power_w[0] == pytest.approx(gpu.tdp_w)
+        assert power.demand_w[0] == pytest.approx(full_load_power_w(gpu))
+    assert full_load_power_w(get_gpu("A10")) > 2 * get_gpu("A10").tdp_w
+
+
+def _giant_gemm_power(gpu, fit):
+    """NodePower of one 8192^3 bf16 GEMM on `gpu` at its max clock under `fit` (roofline times)."""
     from gpuest.price.power import node_power
     from gpuest.price.profile_choice import roofline_profile
-    gpu = get_gpu("H100")
     gemm = {"op": "aten.mm.default", "category": "matmul", "math_mode": "bf16", "flops": 2 * 8192 ** 3,
             "bytes_read": 2.7e8, "bytes_written": 1.3e8, "gemm_m": 8192, "gemm_n": 8192, "gemm_k": 8192}
     table = NodeTable.from_records([gemm])
     times, _ = device_times(table, gpu, gpu.max_clock_mhz, roofline_profile())
-    fit = replace(prior_profile().power, tensor_w=5 * gpu.tdp_w)
-    assert node_power(table, times, gpu, gpu.max_clock_mhz, fit).power_w[0] == pytest.approx(gpu.tdp_w)
+    return node_power(table, times, gpu, gpu.max_clock_mhz, fit)
+
+
+def test_power_moves_between_gpus_by_full_load_power_so_a_low_power_board_is_throttled_at_its_tdp(big_matmul):
+    """A power model moves to another GPU by full-load power, not TDP, and its memory term by DRAM bandwidth:
+    the two 40 GB A100s (one chip, SMs, clock and bandwidth) get the same coefficients but for their catalogued
+    idle powers (35 and 50 W), and a board whose chip draws more than its TDP allows (A10: GA102 at 150 W) runs
+    a long GEMM well below its max clock at the default limit, at its TDP. With no chip reference (full load =
+    TDP) the same board is not throttled."""
+    from dataclasses import replace
+    from gpuest.price.power import transfer_power
+    from gpuest.profile import shipped_profiles
+    h100 = shipped_profiles()["H100-SXM"].power
+    sxm, pcie = (transfer_power(h100, get_gpu("H100"), get_gpu(n)) for n in ("A100-SXM4-40GB", "A100-PCIe-40GB"))
+    assert pcie.tensor_w == pytest.approx(sxm.tensor_w, rel=0.1) and pcie.memory_w == pytest.approx(sxm.memory_w)
+    assert pcie.tensor_w > 1.4 * transfer_power(h100, get_gpu("H100"), replace(get_gpu("A100-PCIe-40GB"), chip=None)).tensor_w
+    h200 = transfer_power(h100, get_gpu("H100"), get_gpu("H200"))
+    assert h200.memory_w / h100.memory_w == pytest.approx(4800 / 3350, rel=0.01)
+    a10 = get_gpu("A10")
+    est = gpuest.estimate(big_matmul, a10)
+    assert est.effective_clock_mhz < 0.9 * a10.max_clock_mhz
+    assert est.avg_power_w == pytest.approx(a10.tdp_w, rel=0.02)
+    unlimited = gpuest.estimate(big_matmul, replace(a10, chip=None))
+    assert unlimited.effective_clock_mhz == pytest.approx(a10.max_clock_mhz)
+    assert unlimited.time_s < est.time_s
 
 
 def test_profile_power_exponent_is_checked():

@@ -18,12 +18,10 @@ from .memory.peak import MemoryEstimate, has_memory_facts, memory_estimate
 from .device_time import Z90, DeviceTimes, device_times, warn_notes
 from .host_timeline import LAUNCHES, Timeline, host_parts, simulate
 from .node_table import PHASES, NodeTable, node_table
-from .power import NodePower, node_power, transfer_power
+from .power import CLOCK_SEARCH_STEPS, HW_SLOWDOWN_FLOOR, NodePower, node_power, transfer_power
 from .profile_choice import ProfileChoice, choose_profile
 
 BOUNDS = ("host", "latency", "memory", "compute")
-HW_SLOWDOWN_FLOOR = 0.25  # fraction of the lowest supported clock that hardware slowdown can reach
-CLOCK_SEARCH_STEPS = 14   # bisection steps for a power-capped clock: (max-min)/2^14 < 0.1 MHz
 
 
 @dataclass
@@ -171,53 +169,52 @@ def _price(table: NodeTable, gpu: GPUSpec, clocks: np.ndarray, choice: ProfileCh
     return times, timeline, power, notes
 
 
-def _phase_power(table: NodeTable, times: DeviceTimes, power: NodePower) -> dict[str, float]:
-    """Average power (W) of each phase present in the graph, weighted by the time each node holds the queue (its
-    kernels and the gaps after them, all drawing the node's power)."""
+def _phase_power(table: NodeTable, times: DeviceTimes, node_w: np.ndarray) -> dict[str, float]:
+    """Average of `node_w` (W per node) over each phase present in the graph, weighted by the time each node
+    holds the queue (its kernels and the gaps after them, all drawing the node's power)."""
     out = {}
     for p in PHASES:
         mask = table.phase == p
         if mask.any():
             d = times.queue_s[mask]
-            out[p] = float((power.power_w[mask] * d).sum() / max(d.sum(), 1e-30))
+            out[p] = float((node_w[mask] * d).sum() / max(d.sum(), 1e-30))
     return out
 
 
-def _phase_capped_clocks(table: NodeTable, gpu: GPUSpec, clock: float, limit_w: float, choice: ProfileChoice,
-                         launch: str) -> np.ndarray:
-    """Per-node clocks: each phase runs at the highest clock <= `clock` whose average power fits `limit_w`.
+def power_capped_clocks(table: NodeTable, gpu: GPUSpec, clock: float, limit_w: float, choice: ProfileChoice,
+                        launch: str = "eager", groups: np.ndarray | None = None) -> np.ndarray:
+    """Per-node SM clocks (MHz): each group of nodes runs at the highest clock <= `clock` (MHz) at which the average
+    power it would draw unlimited (NodePower.demand_w, weighted by queue time) fits `limit_w` (W).
 
-    Power capping acts on the driver's averaging window (milliseconds), so a phase is throttled as a
-    whole rather than op by op."""
-    clocks = np.full(len(table), clock)
+    groups: a label per node (default: its phase). Power capping acts on the driver's averaging window
+    (milliseconds), so a phase is throttled as a whole rather than op by op; a benchmark repeating one kernel
+    is a group of its own."""
+    clocks = np.full(len(table), float(clock))
     if choice.profile.power is None or not len(table):
         return clocks
-    phases = [p for p in PHASES if (table.phase == p).any()]
-    masks = {p: table.phase == p for p in phases}
-    # Below its lowest supported clock the hardware still enforces a limit (clock slowdown / duty
-    # cycling), so the search may go under min_clock_mhz, down to HW_SLOWDOWN_FLOOR of it.
-    lo = {p: gpu.min_clock_mhz * HW_SLOWDOWN_FLOOR for p in phases}
-    hi = {p: clock for p in phases}
+    _, group = np.unique(table.phase if groups is None else groups, return_inverse=True)
+    n_groups = int(group.max()) + 1
 
-    def over_limit(clk: np.ndarray) -> dict[str, bool]:
+    def over_limit(clk: np.ndarray) -> np.ndarray:
         # The host timeline does not change power per node: price device time and power only.
         times, power, _ = _device_and_power(table, gpu, clk, choice, launch)
-        return {p: w > limit_w for p, w in _phase_power(table, times, power).items()}
+        d = times.queue_s
+        watts = np.bincount(group, weights=power.demand_w * d, minlength=n_groups)
+        return watts / np.maximum(np.bincount(group, weights=d, minlength=n_groups), 1e-30) > limit_w
 
-    first = over_limit(clocks)
-    todo = [p for p in phases if first[p]]
-    for _ in range(CLOCK_SEARCH_STEPS if todo else 0):
-        for p in todo:
-            clocks[masks[p]] = (lo[p] + hi[p]) / 2
-        over = over_limit(clocks)
-        for p in todo:
-            if over[p]:
-                hi[p] = (lo[p] + hi[p]) / 2
-            else:
-                lo[p] = (lo[p] + hi[p]) / 2
-    for p in todo:
-        clocks[masks[p]] = lo[p]
-    return clocks
+    todo = over_limit(clocks)
+    if not todo.any():
+        return clocks
+    # Below its lowest supported clock the hardware still enforces a limit (clock slowdown / duty
+    # cycling), so the search may go under min_clock_mhz, down to HW_SLOWDOWN_FLOOR of it.
+    lo = np.full(n_groups, gpu.min_clock_mhz * HW_SLOWDOWN_FLOOR)
+    hi = np.full(n_groups, float(clock))
+    for _ in range(CLOCK_SEARCH_STEPS):
+        mid = np.where(todo, (lo + hi) / 2, hi)
+        over = over_limit(mid[group])
+        hi = np.where(todo & over, mid, hi)
+        lo = np.where(todo & ~over, mid, lo)
+    return np.where(todo, lo, hi)[group]
 
 
 def _overall_bound(times: DeviceTimes, timeline: Timeline) -> str:
@@ -243,7 +240,7 @@ def _power_limit_notes(table: NodeTable, spec: GPUSpec, times: DeviceTimes, powe
                        limit_w: float) -> list[str]:
     """A note per phase the power limit throttles past what the hardware can (or below its lowest clock)."""
     notes = []
-    for p, avg in _phase_power(table, times, power).items():
+    for p, avg in _phase_power(table, times, power.demand_w).items():
         clk = clocks[table.phase == p]
         if avg > limit_w * 1.001 and float(clk.max()) <= spec.min_clock_mhz * HW_SLOWDOWN_FLOOR + 1e-6:
             notes.append(f"the {p} phase draws {avg:.0f} W even fully throttled: the {limit_w:g} W limit "
@@ -337,7 +334,7 @@ def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = 
     limit_w = spec.tdp_w if power_limit is None else spec.check_power_limit(power_limit)
     table = node_table(graph)
     choice = choose_profile(spec, profile)
-    clocks = _phase_capped_clocks(table, spec, clock_mhz, limit_w, choice, launch)
+    clocks = power_capped_clocks(table, spec, clock_mhz, limit_w, choice, launch)
     times, timeline, power, notes = _price(table, spec, clocks, choice, launch, host_scale)
     if warn:
         warn_notes(notes)   # here, not in a helper: its stacklevel points at estimate_graph's caller

@@ -17,11 +17,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..catalog import GPUSpec
+from ..catalog.chips import full_load_power_w
 from ..profile import PowerFit
 from .features import RESIDUAL_FEATURES
 from .device_time import DeviceTimes, reads_from_l2
 from .node_table import NodeTable
 
+
+HW_SLOWDOWN_FLOOR = 0.25  # fraction of the lowest supported clock that hardware slowdown can reach
+CLOCK_SEARCH_STEPS = 14   # bisection steps for a power-capped clock: (max-min)/2^14 < 0.1 MHz
 
 # cuDNN's NCHW -> NHWC transpose of a convolution's input and the transpose of its output back each
 # read and write the activation once more: about twice the convolution's own first-touch traffic.
@@ -66,16 +70,22 @@ def voltage_ratio(gpu: GPUSpec, clock_mhz: np.ndarray | float, v_min_ratio: floa
 
 
 def transfer_power(fit: PowerFit, source: GPUSpec, target: GPUSpec) -> PowerFit:
-    """Scale a power fit measured on `source` to `target` by their dynamic ranges (TDP - idle)."""
+    """Scale a power fit measured on `source` to `target`: the chip's terms by their dynamic ranges, full-load
+    power (unlimited, catalog.chips.full_load_power_w) less idle, and memory power by DRAM bandwidth (a byte
+    costs the same energy at any rate, so memory_w, the power at full bandwidth, moves with it). A board whose
+    chip draws more than its TDP allows is then throttled by the limit (node_power's demand_w against it), as
+    its driver does."""
     if source.name == target.name:
         return fit
-    ratio = (target.tdp_w - target.idle_power_w) / max(source.tdp_w - source.idle_power_w, 1.0)
+    ratio = ((full_load_power_w(target) - target.idle_power_w)
+             / max(full_load_power_w(source) - source.idle_power_w, 1.0))
+    bandwidth = target.memory_bandwidth_gb_s / source.memory_bandwidth_gb_s
     gap = None if fit.gap_w is None else target.idle_power_w + (fit.gap_w - fit.idle_w) * ratio
     return replace(fit, idle_w=target.idle_power_w, gap_w=gap,
                    static_w=target.idle_power_w + (fit.static_w - fit.idle_w) * ratio,
                    tensor_w=fit.tensor_w * ratio, vector_w=fit.vector_w * ratio,
                    simt_w=None if fit.simt_w is None else fit.simt_w * ratio,
-                   memory_w=fit.memory_w * ratio, sigma_w=fit.sigma_w * ratio)
+                   memory_w=fit.memory_w * bandwidth, sigma_w=fit.sigma_w * ratio)
 
 
 def clock_scale(gpu: GPUSpec, clock_mhz: np.ndarray | float, fit: PowerFit) -> np.ndarray:
@@ -92,7 +102,8 @@ def waiting_power_w(gpu: GPUSpec, clock_mhz: np.ndarray | float, fit: PowerFit) 
 
 @dataclass(frozen=True)
 class NodePower:
-    power_w: np.ndarray        # average power while the node runs
+    power_w: np.ndarray        # average power while the node runs, at most the board's TDP
+    demand_w: np.ndarray       # what it would draw with no power limit (at most full load): a phase over the limit is throttled
     static_w: np.ndarray       # power while idle-waiting for the host at that node's clock
     util_tensor: np.ndarray
     util_vector: np.ndarray
@@ -116,10 +127,14 @@ def node_power(table: NodeTable, times: DeviceTimes, gpu: GPUSpec, clock_mhz: np
     waiting = waiting_power_w(gpu, clock_mhz, fit)
     g = fit.utilisation_exponent
     dyn = scale * unit_w * util_compute ** g
-    # The board's power limit holds a node at TDP by lowering its clock, which its measured times include.
-    power = np.minimum(static + dyn + fit.memory_w * util_mem, gpu.tdp_w)
     active = times.device_s > 0
-    power = np.where(active, power, waiting)
+    # No board draws more than its chip flat out: on a chip's reference board (full load = TDP) a fit's draw
+    # above TDP is extrapolation past the capped windows it was fitted on, and its measured times hold the cap.
+    demand = np.where(active, np.minimum(static + dyn + fit.memory_w * util_mem, full_load_power_w(gpu)), waiting)
+    # The board's limit holds a node at TDP by lowering its clock (the estimate's phase throttling).
+    power = np.minimum(demand, gpu.tdp_w)
     n = len(table)
-    return NodePower(np.broadcast_to(power, (n,)).astype(float), np.broadcast_to(waiting, (n,)).astype(float),
+    return NodePower(np.broadcast_to(power, (n,)).astype(float), np.broadcast_to(demand, (n,)).astype(float),
+                     np.broadcast_to(waiting, (n,)).astype(float),
                      np.where(tc, util_compute, 0.0), np.where(tc, 0.0, util_compute), util_mem)
+

@@ -67,7 +67,7 @@ def with_power(choice: ProfileChoice) -> ProfileChoice:
     power = transfer_power(nearest.power, get_gpu(donor), own)
     return replace(choice, profile=replace(prof, power=power),
                    power_note=f"the {prof.gpu} profile predicts time only: power and energy come from {donor}'s "
-                              f"measured power model scaled to {own.name} by TDP - idle")
+                              f"measured power model scaled to {own.name} by full-load power less idle")
 
 
 def choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) -> ProfileChoice:
