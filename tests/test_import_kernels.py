@@ -13,6 +13,7 @@ import torch
 from gpuest.calibrate.fit import fit_profile, load_raw
 from gpuest.calibrate.import_kernels import (CONDITIONS, DRIVER_UNKNOWN, OPS, TIMING_METHOD, SourceRow, import_kernels,
                                         sample)
+from gpuest.catalog import get_gpu
 from gpuest.errors import MeasuredDataError
 from gpuest.profile import REQUIRED_PROVENANCE, load_profile, shipped_profiles
 
@@ -109,6 +110,30 @@ def test_external_profiles_ship_time_only_with_provenance(gpu):
     assert prof.provenance["fitted_by"].startswith(f"gpuest fit data/calibration/external/{gpu}.jsonl.gz")
     # fp32 GEMMs and elementwise ops are what the public data measured: both have their own fits.
     assert {"matmul", "elementwise"} <= set(prof.residuals)
+    assert "passes" in prof.provenance["power_capped_clocks"]   # fitted at the clocks its TDP holds them to
+
+
+def test_time_only_rows_run_at_the_clock_their_tdp_holds_them_to():
+    """A row that measured no clock takes the clock at which the estimator, pricing it with the profile,
+    throttles it to the TDP (row_clock reads it); a row with a measured clock keeps that one. On the 70 W T4
+    a long fp32 GEMM is throttled far more than a short copy (which the borrowed model's static power alone
+    takes past 70 W at the max clock)."""
+    from gpuest.calibrate.calibration_rows import POWER_CAPPED_CLOCK_KEY, row_clock
+    from gpuest.calibrate.fit import with_power_capped_clocks
+    t4 = get_gpu("T4")
+    gemm = {"op": "aten.mm.default", "category": "matmul", "math_mode": "fp32", "flops": 2 * 4096 ** 3,
+            "bytes_read": 1.3e8, "bytes_written": 6.7e7, "gemm_m": 4096, "gemm_n": 4096, "gemm_k": 4096}
+    copy = {"op": "aten.copy_.default", "category": "elementwise", "math_mode": "fp32", "flops": 0,
+            "bytes_read": 4096, "bytes_written": 4096}
+    rows = [{"kind": "device", "name": "gemm", "nodes": [gemm]},
+            {"kind": "device", "name": "measured", "nodes": [gemm], "sm_clock_mhz": 1200.0},
+            {"kind": "device", "name": "copy", "nodes": [copy]}]
+    out = with_power_capped_clocks(rows, t4, shipped_profiles()["T4"])
+    assert t4.min_clock_mhz < out[0][POWER_CAPPED_CLOCK_KEY] < t4.max_clock_mhz
+    assert row_clock(out[0], t4) == out[0][POWER_CAPPED_CLOCK_KEY]
+    assert POWER_CAPPED_CLOCK_KEY not in out[1] and row_clock(out[1], t4) == 1200.0
+    assert out[0][POWER_CAPPED_CLOCK_KEY] < 0.8 * row_clock(out[2], t4) <= 0.8 * t4.max_clock_mhz
+    assert POWER_CAPPED_CLOCK_KEY not in rows[0]    # the caller's rows are left as they were
 
 
 def test_time_only_profile_prices_its_gpu_and_borrows_power():

@@ -33,13 +33,14 @@ from gpuest.price.device_time import (CUDA_CORE_GROUPS_KEY, RESIDUAL_CLIP, Devic
                                          log_floor, persistent_step_time_s, persistent_steps, within_fit_range)
 from gpuest.price.host_timeline import later_host_work
 from gpuest.price.node_table import NodeTable
-from gpuest.price.profile_choice import roofline_profile
+from gpuest.price.estimate import power_capped_clocks
+from gpuest.price.profile_choice import ProfileChoice, roofline_profile, with_power
 from gpuest.price.features import RESIDUAL_FEATURES, coefficient_ceilings
 from gpuest.annotate.registry import CATEGORIES, ISOLATED_VARIANTS
 from gpuest.profile import (MODE_FIT_FAMILY, MODE_KEY_SEP, PREDICTS_ALL, PROFILE_SCHEMA, Profile, ResidualFit,
                             ResidualPoints, mode_key, op_variants, prior_profile, profile_from_json)
 
-from .calibration_rows import device_nodes, row_clock
+from .calibration_rows import POWER_CAPPED_CLOCK_KEY, device_nodes, row_clock
 from .fit_host import fit_host_and_gap, load_validation
 from .fit_power import fit_power, simt_from_prior
 
@@ -636,6 +637,35 @@ class CalibrationSamples:
     steps: PersistentStepCosts | None = None
 
 
+def measured_power(rows: list[dict[str, Any]]) -> bool:
+    """Whether any row measured power (else the data makes a time-only profile)."""
+    return any(r.get("energy_j") or r.get("avg_power_w") for r in rows)
+
+
+# Refits of time-only data at its power-capped clocks: the in-sample error settles by the third
+# (PYTHONPATH=. python3 benchmarks/power_clock_passes.py T4 P4 V100-PCIe-32GB).
+POWER_CLOCK_PASSES = 3
+
+
+def with_power_capped_clocks(rows: list[dict[str, Any]], gpu: GPUSpec, profile: Profile) -> list[dict[str, Any]]:
+    """`rows` with POWER_CAPPED_CLOCK_KEY on each device row that measured no clock and that `gpu`'s TDP
+    throttles when the estimator prices it with `profile` (its repeated kernel a group of its own:
+    price.estimate.power_capped_clocks, with the power model the estimator borrows for a time-only profile)."""
+    out = [{k: v for k, v in r.items() if k != POWER_CAPPED_CLOCK_KEY} for r in rows]
+    todo = [i for i, r in enumerate(out) if r.get("kind") == "device" and device_nodes(r)
+            and not isinstance(r.get("sm_clock_mhz"), (int, float))]
+    if not todo:
+        return out
+    table, owner = rows_node_table([out[i] for i in todo])
+    choice = with_power(ProfileChoice(profile, "measured", ""))
+    clocks = power_capped_clocks(table, gpu, gpu.max_clock_mhz, gpu.tdp_w, choice, groups=owner)
+    for k, i in enumerate(todo):
+        clock = float(clocks[np.argmax(owner == k)])
+        if clock < gpu.max_clock_mhz:
+            out[i][POWER_CAPPED_CLOCK_KEY] = clock
+    return out
+
+
 def calibration_samples(raw: RawData, retrace: bool = True) -> CalibrationSamples:
     """Usable rows, host costs, kernel latency and regression samples of raw calibration data.
     retrace: regress on the nodes this version of the estimator derives for each benchmark (default),
@@ -703,10 +733,32 @@ def fitted_modes(samples: list[RowFeatures]) -> dict[str, tuple[str, ...]]:
 
 def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, Any]] | None = None,
                 retrace: bool = True, calibration: CalibrationSamples | None = None,
-                shape_prior: Profile | None = None) -> Profile:
+                shape_prior: Profile | None = None, passes: int = POWER_CLOCK_PASSES) -> Profile:
     """A measured Profile from raw calibration data (see calibration_samples for `retrace`; pass
-    `calibration` to reuse samples already derived from `raw`; see fit_residuals for `shape_prior`)."""
+    `calibration` to reuse samples already derived from `raw`; see fit_residuals for `shape_prior`).
+
+    Data that measured neither power nor clocks (imported public timings) is fitted `passes` more times,
+    each row at the clock the GPU's TDP holds it to when the previous pass's profile prices it: its
+    corrections then leave the throttling to the estimate's power limit, which prices it on every GPU alike."""
     cal = calibration or calibration_samples(raw, retrace)
+    profile = _fit_profile_once(raw, cal, command, validation, shape_prior)
+    if measured_power(cal.rows) or not passes:
+        return profile
+    for _ in range(passes):
+        rows = with_power_capped_clocks(cal.rows, cal.gpu, profile)
+        cal = replace(cal, rows=rows, samples=row_features(rows, cal.gpu, cal.latency_s, cal.host_op_s,
+                                                           cal.sync_s or 0.0, cal.steps))
+        profile = _fit_profile_once(raw, cal, command, validation, shape_prior)
+    capped = sum(POWER_CAPPED_CLOCK_KEY in r for r in cal.rows)
+    power = with_power(ProfileChoice(profile, "measured", "")).power_note
+    note = (f"{capped} of {len(cal.rows)} rows fitted at the clock the {cal.gpu.tdp_w:g} W TDP holds them to "
+            f"when this profile prices them ({passes} passes; {power})")
+    return replace(profile, provenance={**profile.provenance, "power_capped_clocks": note})
+
+
+def _fit_profile_once(raw: RawData, cal: CalibrationSamples, command: str,
+                      validation: list[dict[str, Any]] | None, shape_prior: Profile | None) -> Profile:
+    """fit_profile's one pass over the rows and samples of `cal`."""
     gpu, rows, samples, host, latency, retraced = (cal.gpu, cal.rows, cal.samples, cal.host_op_s, cal.latency_s,
                                                    cal.retraced)
     prior = prior_profile()
@@ -718,7 +770,7 @@ def fit_profile(raw: RawData, *, command: str = "", validation: list[dict[str, A
     power = simt_from_prior(power, shape_prior)
     # Data that never measured power (imported public timings) makes a time-only profile: the estimator then
     # borrows a measured GPU's power model and says so, rather than passing the prior off as this GPU's.
-    time_only = not any(r.get("energy_j") or r.get("avg_power_w") for r in rows)
+    time_only = not measured_power(rows)
     provenance = calibration_provenance(raw.meta, rows)
     provenance.update(fitted_by=command or "gpuest fit", fitted_rows=len(rows),
                       nodes="retraced" if cal.retrace else "as stored at measurement", retraced_rows=retraced)
