@@ -443,8 +443,9 @@ def write(studies: list[Study], bf16_note: list[str], out: Path) -> None:
         "`g(u) = u^e`, "
         "`s(f) = (f/f_max)·(V/V_max)²`, "
         "`static(f) = idle + (static_w − idle)·(V/V_max)²` (docs/DESIGN.md §3). A GPU without its own "
-        "calibration takes the nearest calibrated GPU's fit scaled by the ratio of dynamic ranges "
-        "(TDP − idle); the V100 row below is that transferred fit.")
+        "calibration takes the nearest calibrated GPU's fit, its chip terms scaled by the ratio of dynamic ranges "
+        "(full-load power − idle: gpuest.catalog.chips) and its memory term by DRAM bandwidth; the V100 row below "
+        "is that transferred fit.")
     add("")
     add(fit_table([vspec, hspec]))
     add("")
@@ -601,9 +602,9 @@ def explanation(v100: list[Study], h100: list[Study]) -> str:
                "energy per step has its minimum inside the range, not at its bottom." if inner else "."))
     parts.append(
         "* **What limits confidence.** The V100 has no calibration: its power model is another GPU's fit "
-        "scaled by TDP − idle, and its time model uses transferred efficiencies; the voltage curve (V linear "
-        "in f between v_min_ratio and 1) and the phase-level capping are modelling assumptions, not V100 "
-        "measurements. The direction of the effect follows from the structure of the model; its size, above "
+        "scaled by full-load power − idle and DRAM bandwidth, and its time model uses transferred efficiencies; "
+        "the voltage curve (V linear in f between v_min_ratio and 1) and the phase-level capping are modelling "
+        "assumptions, not V100 measurements. The direction of the effect follows from the structure of the model; its size, above "
         "all the slowdown, hinges on the transferred static share.")
     return "\n".join(parts)
 
