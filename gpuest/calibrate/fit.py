@@ -659,10 +659,10 @@ def with_power_capped_clocks(rows: list[dict[str, Any]], gpu: GPUSpec, profile: 
     table, owner = rows_node_table([out[i] for i in todo])
     choice = with_power(ProfileChoice(profile, "measured", ""))
     clocks = power_capped_clocks(table, gpu, gpu.max_clock_mhz, gpu.tdp_w, choice, groups=owner)
-    for k, i in enumerate(todo):
-        clock = float(clocks[np.argmax(owner == k)])
+    first = np.unique(owner, return_index=True)[1]     # a group's nodes share its clock
+    for i, clock in zip(todo, clocks[first]):
         if clock < gpu.max_clock_mhz:
-            out[i][POWER_CAPPED_CLOCK_KEY] = clock
+            out[i][POWER_CAPPED_CLOCK_KEY] = float(clock)
     return out
 
 

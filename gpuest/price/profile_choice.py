@@ -52,8 +52,8 @@ def shipped_profile_named(name: str) -> Profile | None:
 
 def with_power(choice: ProfileChoice) -> ProfileChoice:
     """`choice` with a power model where its profile predicts time only (fitted on public timings): the
-    measured power model of the calibrated GPU nearest the profile's, scaled to the profile's GPU by dynamic
-    range (price.power.transfer_power), and a note saying so."""
+    measured power model of the calibrated GPU nearest the profile's, scaled to the profile's GPU
+    (price.power.transfer_power), and a note saying so."""
     prof = choice.profile
     if "power" in prof.predicts or prof.power is not None:
         return choice
@@ -67,7 +67,7 @@ def with_power(choice: ProfileChoice) -> ProfileChoice:
     power = transfer_power(nearest.power, get_gpu(donor), own)
     return replace(choice, profile=replace(prof, power=power),
                    power_note=f"the {prof.gpu} profile predicts time only: power and energy come from {donor}'s "
-                              f"measured power model scaled to {own.name} by full-load power less idle")
+                              f"measured power model scaled to {own.name} by full-load power and DRAM bandwidth")
 
 
 def choose_profile(gpu: GPUSpec, profile: Profile | str | Path | None = None) -> ProfileChoice:
