@@ -1511,8 +1511,10 @@ def test_power_moves_between_gpus_by_full_load_power_so_a_low_power_board_is_thr
     est = gpuest.estimate(big_matmul, a10)
     assert est.effective_clock_mhz < 0.9 * a10.max_clock_mhz
     assert est.avg_power_w == pytest.approx(a10.tdp_w, rel=0.02)
+    assert any("150 W limit throttles" in n and "351 W" in n for n in est.notes)
     unlimited = gpuest.estimate(big_matmul, replace(a10, chip=None))
     assert unlimited.effective_clock_mhz == pytest.approx(a10.max_clock_mhz)
+    assert not any("throttles" in n for n in unlimited.notes)
     assert unlimited.time_s < est.time_s
 
 

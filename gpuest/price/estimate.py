@@ -12,6 +12,7 @@ import pandas as pd
 import torch
 
 from ..catalog import GPUSpec, get_gpu
+from ..catalog.chips import full_load_power_w
 from ..capture.trace import routing_decisions
 from ..capture.trace import unsupported_ops as graph_unsupported_ops
 from .memory.peak import MemoryEstimate, has_memory_facts, memory_estimate
@@ -237,17 +238,23 @@ def _check_pricing_args(launch: str, host_scale: float) -> None:
 
 
 def _power_limit_notes(table: NodeTable, spec: GPUSpec, times: DeviceTimes, power: NodePower, clocks: np.ndarray,
-                       limit_w: float) -> list[str]:
-    """A note per phase the power limit throttles past what the hardware can (or below its lowest clock)."""
-    notes = []
+                       limit_w: float, clock_mhz: float) -> list[str]:
+    """A note per phase the power limit throttles: past what the hardware can, below its lowest clock, or below
+    the requested `clock_mhz` (MHz)."""
+    notes, throttled = [], []
     for p, avg in _phase_power(table, times, power.demand_w).items():
-        clk = clocks[table.phase == p]
-        if avg > limit_w * 1.001 and float(clk.max()) <= spec.min_clock_mhz * HW_SLOWDOWN_FLOOR + 1e-6:
+        clk = float(clocks[table.phase == p].max())
+        if avg > limit_w * 1.001 and clk <= spec.min_clock_mhz * HW_SLOWDOWN_FLOOR + 1e-6:
             notes.append(f"the {p} phase draws {avg:.0f} W even fully throttled: the {limit_w:g} W limit "
                          "cannot be met according to this power model")
-        elif float(clk.max()) < spec.min_clock_mhz - 1e-6:
-            notes.append(f"the {p} phase runs below the lowest supported clock ({float(clk.max()):.0f} < "
+        elif clk < spec.min_clock_mhz - 1e-6:
+            notes.append(f"the {p} phase runs below the lowest supported clock ({clk:.0f} < "
                          f"{spec.min_clock_mhz:g} MHz) to meet {limit_w:g} W, as hardware slowdown does")
+        elif clk < clock_mhz - 0.5:
+            throttled.append(f"{p} {clk:.0f}")
+    if throttled:
+        notes.append(f"the {limit_w:g} W limit throttles phases to ({', '.join(throttled)}) MHz of {clock_mhz:.0f}; "
+                     f"the {spec.name}'s chip draws up to {full_load_power_w(spec):.0f} W flat out")
     return notes
 
 
@@ -343,7 +350,7 @@ def estimate_graph(graph: nx.DiGraph, gpu: str | GPUSpec, clock: float | None = 
     if choice.power_note:
         notes.append(choice.power_note)
     if power is not None and len(table):
-        notes += _power_limit_notes(table, spec, times, power, clocks, limit_w)
+        notes += _power_limit_notes(table, spec, times, power, clocks, limit_w, clock_mhz)
     if host_scale != 1.0:
         notes.append(f"host costs x {host_scale:g} (host_scale) against the {choice.profile.gpu} profile's hosts")
     memory, routing, graph_notes = _graph_notes(graph, spec)
