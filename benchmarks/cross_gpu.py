@@ -4,9 +4,9 @@
 
 For each GPU with imported public data (data/calibration/external/), its device-bound kernels are priced on
 that GPU's catalogue spec, at the clock its TDP holds each benchmark to, with (a) each other external GPU's
-shipped profile, combined as the geometric mean of their predictions ("others"), (b) the profile automatic transfer picks today for an uncalibrated GPU
-("default"), and (c) its own profile (in-sample, a floor). Error: |predicted / measured - 1| of the device
-time, measured = the source's time less the row's host overhead (gpuest.calibrate.import_kernels).
+shipped profile, combined as the geometric mean of their predictions ("others"), (b) the profile automatic
+transfer picks today for an uncalibrated GPU ("default"), and (c) its own profile (in-sample, a floor).
+Error: |predicted / measured - 1| of the device time, measured = the source's time less the row's host overhead (gpuest.calibrate.import_kernels).
 """
 from __future__ import annotations
 
@@ -19,12 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuest.calibrate.fit import load_raw, measured_device_s, rows_node_table
+from gpuest.calibrate.fit import load_raw, measured_device_s, row_capped_clocks, rows_node_table
 from gpuest.catalog import get_gpu
 from gpuest.price.device_time import correction_sources, device_times, effective_math_modes
 from gpuest.price.node_table import NodeTable
-from gpuest.price.estimate import power_capped_clocks
-from gpuest.price.profile_choice import ProfileChoice, _choose_profile, with_power
+from gpuest.price.profile_choice import _choose_profile
 from gpuest.profile import shipped_profiles
 from gpuest.report.document import write_or_print
 
@@ -43,11 +42,10 @@ def device_rows(gpu: str) -> tuple[list[dict], NodeTable, np.ndarray, np.ndarray
 
 def predicted_s(table: NodeTable, owner: np.ndarray, n_rows: int, gpu: str, profile, donors=()) -> np.ndarray:
     """Device time (s) of each row priced on `gpu` with `profile` (and its `donors`) at the clock its TDP holds the
-    row's repeated kernel to (gpuest.price.estimate.power_capped_clocks; its max clock where it fits), as an
+    row's repeated kernel to (gpuest.calibrate.fit.row_capped_clocks; its max clock where it fits), as an
     estimate prices a step."""
     spec = get_gpu(gpu)
-    choice = with_power(ProfileChoice(profile, "user", "", donors=tuple(donors)))
-    clocks = power_capped_clocks(table, spec, spec.max_clock_mhz, spec.tdp_w, choice, groups=owner)
+    clocks = row_capped_clocks(table, owner, spec, profile, tuple(donors))
     times, _ = device_times(table, spec, clocks, profile, donors=donors)
     return np.bincount(owner, weights=times.device_s, minlength=n_rows)
 

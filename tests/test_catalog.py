@@ -23,6 +23,7 @@ from gpuest.catalog.gpu_spec import SOURCED_FIELDS
 from gpuest.errors import GpuestError
 
 GPU_FILES = sorted(BUILTIN_DIR.glob("*.json"))
+T4_SOURCES = json.loads((BUILTIN_DIR / "T4.json").read_text())["sources"]   # a complete sources object
 REQUIRED = [
     "K80", "P100-SXM2", "V100-SXM2-16GB", "V100-SXM2-32GB", "T4", "A10", "A100-SXM4-40GB",
     "A100-SXM4-80GB", "A100-PCIe-40GB", "A100-PCIe-80GB", "L4", "L40S", "RTX-3090", "RTX-4090",
@@ -226,8 +227,7 @@ def test_user_file_in_env_path_is_found(tmp_path, monkeypatch):
         ({"tensor_cores": "yes"}, "tensor_cores"),
         ({"sources": {"sm_count": "x"}}, "sources.compute_capability"),
         ({"chip": 104}, "chip"),
-        ({"chip": "TU104", "sources": {k: v for k, v in json.loads((BUILTIN_DIR / "T4.json").read_text())["sources"].items()
-                                       if k != "chip"}}, "sources.chip"),
+        ({"chip": "TU104", "sources": {k: v for k, v in T4_SOURCES.items() if k != "chip"}}, "sources.chip"),
     ],
 )
 def test_corrupt_file_raises_catalog_error_naming_field(tmp_path, overrides, field):

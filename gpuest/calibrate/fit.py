@@ -647,6 +647,15 @@ def measured_power(rows: list[dict[str, Any]]) -> bool:
 POWER_CLOCK_PASSES = 3
 
 
+def row_capped_clocks(table: NodeTable, owner: np.ndarray, gpu: GPUSpec, profile: Profile,
+                      donors: tuple[Profile, ...] = ()) -> np.ndarray:
+    """Per-node SM clock (MHz) at which `gpu`'s TDP holds each calibration row's repeated kernel (`owner`: the
+    row of each node) when the estimator prices it with `profile` and `donors`, borrowing a power model where
+    the profile has none (price.estimate.power_capped_clocks)."""
+    choice = with_power(ProfileChoice(profile, "measured", "", donors=tuple(donors)))
+    return power_capped_clocks(table, gpu, gpu.max_clock_mhz, gpu.tdp_w, choice, groups=owner)
+
+
 def with_power_capped_clocks(rows: list[dict[str, Any]], gpu: GPUSpec, profile: Profile) -> list[dict[str, Any]]:
     """`rows` with POWER_CAPPED_CLOCK_KEY on each device row that measured no clock and that `gpu`'s TDP
     throttles when the estimator prices it with `profile` (its repeated kernel a group of its own:
@@ -657,8 +666,7 @@ def with_power_capped_clocks(rows: list[dict[str, Any]], gpu: GPUSpec, profile: 
     if not todo:
         return out
     table, owner = rows_node_table([out[i] for i in todo])
-    choice = with_power(ProfileChoice(profile, "measured", ""))
-    clocks = power_capped_clocks(table, gpu, gpu.max_clock_mhz, gpu.tdp_w, choice, groups=owner)
+    clocks = row_capped_clocks(table, owner, gpu, profile)
     first = np.unique(owner, return_index=True)[1]     # a group's nodes share its clock
     for i, clock in zip(todo, clocks[first]):
         if clock < gpu.max_clock_mhz:

@@ -103,7 +103,7 @@ def waiting_power_w(gpu: GPUSpec, clock_mhz: np.ndarray | float, fit: PowerFit) 
 @dataclass(frozen=True)
 class NodePower:
     power_w: np.ndarray        # average power while the node runs, at most the board's TDP
-    demand_w: np.ndarray       # what it would draw with no power limit (at most full load): a phase over the limit is throttled
+    demand_w: np.ndarray       # what it would draw unlimited (at most full load): what throttles its phase
     static_w: np.ndarray       # power while idle-waiting for the host at that node's clock
     util_tensor: np.ndarray
     util_vector: np.ndarray
@@ -137,4 +137,3 @@ def node_power(table: NodeTable, times: DeviceTimes, gpu: GPUSpec, clock_mhz: np
     return NodePower(np.broadcast_to(power, (n,)).astype(float), np.broadcast_to(demand, (n,)).astype(float),
                      np.broadcast_to(waiting, (n,)).astype(float),
                      np.where(tc, util_compute, 0.0), np.where(tc, 0.0, util_compute), util_mem)
-
