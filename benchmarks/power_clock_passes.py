@@ -4,7 +4,8 @@
 
 For each GPU with imported public data (data/calibration/external/), the median |predicted / measured - 1| per
 category of its own profile fitted with 0 (the max clock), 1, 2, 3 and 5 passes, each priced as
-benchmarks/cross_gpu.py prices it (at the clock the TDP holds each benchmark to).
+benchmarks/cross_gpu.py prices it (at the clock the TDP holds each benchmark to); and the static power at its
+max clock of the power model it borrows, against its TDP.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from pathlib import Path
 import numpy as np
 
 import gpuest.calibrate.fit as fit
+from gpuest.catalog import get_gpu
+from gpuest.price.profile_choice import ProfileChoice, with_power
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cross_gpu import EXTERNAL, device_rows, predicted_s  # noqa: E402
@@ -27,7 +30,10 @@ def pass_errors(gpu: str) -> list[str]:
     raw = fit.load_raw(EXTERNAL / f"{gpu}.jsonl.gz")
     rows, table, owner, measured = device_rows(gpu)
     cats = np.array([r["category"] for r in rows])
-    lines = []
+    borrowed = with_power(ProfileChoice(fit.fit_profile(raw, passes=0), "measured", "")).profile.power
+    spec = get_gpu(gpu)
+    lines = [f"{gpu}: the borrowed power model's static power at its max clock is {borrowed.static_w:.0f} W "
+             f"(TDP {spec.tdp_w:.0f} W)"]
     for passes in PASSES:
         profile = fit.fit_profile(raw, passes=passes)
         err = np.abs(predicted_s(table, owner, len(rows), gpu, profile) / measured - 1) * 100

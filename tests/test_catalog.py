@@ -267,3 +267,21 @@ def test_full_load_power_is_the_tdp_of_a_chips_reference_and_above_the_limit_of_
     assert full_load_power_w(replace(get_gpu("T4"), chip=None)) == get_gpu("T4").tdp_w
     chips = chip_references()
     assert all(g.chip in chips for g in list_gpus() if g.chip)   # every named chip has a reference
+
+
+@pytest.mark.parametrize("text,why", [("{not json", "cannot read"),
+                                      ('{"chips": {"X1": {"reference": {"board": "B", "sm_count": 0, '
+                                       '"max_clock_mhz": 1, "tdp_w": 1, "source": "s"}}}}', "must be numbers > 0"),
+                                      ('{"chips": {"X1": {"reference": {"board": "B"}}}}', "must name a catalogue GPU")])
+def test_corrupt_chip_references_raise_catalog_error_naming_the_file(tmp_path, monkeypatch, text, why):
+    import gpuest.catalog.chips as chips
+    bad = tmp_path / "chips.json"
+    bad.write_text(text)
+    monkeypatch.setattr(chips, "CHIPS_FILE", bad)
+    chips.chip_references.cache_clear()
+    try:
+        with pytest.raises(CatalogError, match=why) as ei:
+            chips.chip_references()
+        assert str(bad) in str(ei.value)
+    finally:
+        chips.chip_references.cache_clear()
